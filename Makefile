@@ -1,0 +1,61 @@
+# The two commands of the README: `make run` and `make test`. Everything else is a helper.
+SHELL := /bin/bash
+PORT ?= 8000
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+RUN_STAMP := $(VENV)/.run-installed
+DEV_STAMP := $(VENV)/.dev-installed
+TEST_REDIS_DB ?= 15
+
+.PHONY: run test lint bench services clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(RUN_STAMP): requirements.txt | $(PY)
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(DEV_STAMP): requirements.txt requirements-dev.txt | $(PY)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@ $(RUN_STAMP)
+
+## make run: serve HTTP and websocket on 127.0.0.1:$(PORT) with the demo world loaded.
+## Embedded (SQLite, in-memory layers, tasks in-process) unless DATABASE_URL and REDIS_URL are set,
+## then PostgreSQL, Redis and Celery worker + beat (Procfile, run by honcho).
+run: $(RUN_STAMP)
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py collectstatic --noinput -v 0
+	$(PY) manage.py demo
+	@if [ -n "$$DATABASE_URL" ] && [ -n "$$REDIS_URL" ]; then \
+		echo "Full stack on 127.0.0.1:$(PORT): PostgreSQL, Redis, Celery worker and beat"; \
+		PORT=$(PORT) exec $(VENV)/bin/honcho -f Procfile start; \
+	else \
+		echo "Embedded on 127.0.0.1:$(PORT): SQLite (var/), in-memory channel layer, tasks in-process"; \
+		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) exchange.asgi:application; \
+	fi
+
+## make services: install (Debian packages) and start PostgreSQL and Redis for tests and benchmarks.
+services:
+	@mkdir -p var
+	./scripts/services.sh > var/services.env
+
+## make test: real PostgreSQL and Redis, lint, then the whole test suite.
+test: $(DEV_STAMP) services
+	$(VENV)/bin/ruff check .
+	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
+		DJANGO_SETTINGS_MODULE=exchange.settings.test $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check . || true
+
+## make bench: every benchmark under bench/ (each starts and stops what it needs).
+bench: $(DEV_STAMP) services
+	@set -e; for script in bench/*; do \
+		[ -x "$$script" ] || continue; echo "== $$script"; $(PY) "$$script"; done
+
+clean:
+	rm -rf var/static var/*.sqlite3* .pytest_cache

@@ -1,0 +1,127 @@
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.core.exceptions import ValidationError
+from django.template.response import TemplateResponse
+
+from accounts import services
+from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
+
+
+@admin.register(User)
+class UserAdmin(DjangoUserAdmin):
+    ordering = ("id",)
+    list_display = ("id", "email", "phone", "master", "is_virtual", "is_frozen", "is_active", "is_staff", "date_joined")
+    list_filter = ("is_active", "is_staff", "is_frozen", "is_virtual")
+    search_fields = ("email", "phone")
+    raw_id_fields = ("master",)
+    fieldsets = (
+        (None, {"fields": ("email", "phone", "password")}),
+        ("Account", {"fields": ("master", "is_virtual", "is_frozen", "is_active")}),
+        ("Staff", {"fields": ("is_staff", "is_superuser", "groups", "user_permissions")}),
+        ("Dates", {"fields": ("last_login", "date_joined")}),
+    )
+    add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "phone", "master", "password1", "password2")}),)
+
+
+class ApiKeyForm(forms.ModelForm):
+    types = forms.MultipleChoiceField(
+        choices=ApiKeyType.choices,
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="None ticked: every functional type. 'Read only' overrides the others.",
+    )
+    ip_list = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), required=False, help_text="One address or CIDR network per line."
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("user", "name", "types", "status", "ip_restrict", "ip_list")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.initial["ip_list"] = "\n".join(self.instance.ip_list)
+            self.fields["user"].disabled = True
+        else:
+            self.fields["status"].disabled = True
+
+    def clean_types(self):
+        try:
+            return services.normalize_key_types(self.cleaned_data["types"])
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+
+    def clean_ip_list(self):
+        try:
+            return services.normalize_ip_list(self.cleaned_data["ip_list"].splitlines())
+        except ValueError as exc:
+            raise ValidationError(f"Not an IP address or network: {exc}") from exc
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    form = ApiKeyForm
+    list_display = ("name", "short_key", "user", "status", "type_list", "ip_restrict", "created_at")
+    list_filter = ("status", "ip_restrict")
+    search_fields = ("name", "key", "user__email")
+    raw_id_fields = ("user",)
+    actions = ["enable_keys", "disable_keys"]
+
+    @admin.display(description="key")
+    def short_key(self, obj: ApiKey) -> str:
+        return f"{obj.key[:12]}…"
+
+    @admin.display(description="types")
+    def type_list(self, obj: ApiKey) -> str:
+        return ", ".join(obj.types)
+
+    def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
+        if change:
+            services.api_key_set_ip_restriction(api_key=obj, ip_restrict=data["ip_restrict"], ip_list=data["ip_list"])
+            obj.types = data["types"]
+            obj.name = data["name"]
+            obj.save(update_fields=["types", "name", "updated_at"])
+            services.api_key_set_status(api_key=obj, enabled=data["status"] == ApiKeyStatus.ENABLE)
+            return
+        created = services.api_key_create(
+            user=data["user"],
+            name=data["name"],
+            types=data["types"],
+            ip_list=data["ip_list"],
+            ip_restrict=data["ip_restrict"],
+        )
+        obj.pk = created.api_key.pk
+        obj.refresh_from_db()
+        obj._state.adding = False
+        # Shown once, on the page this request renders; never stored in the session or a message.
+        request._created_api_key_secret = created.secret
+
+    def response_add(self, request, obj, post_url_continue=None):
+        secret = getattr(request, "_created_api_key_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "api_key": obj,
+            "secret": secret,
+            "opts": self.model._meta,
+            "title": "API key created",
+        }
+        response = TemplateResponse(request, "admin/accounts/apikey/created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Enable the selected keys", permissions=["change"])
+    def enable_keys(self, request, queryset):
+        for key in queryset:
+            services.api_key_set_status(api_key=key, enabled=True)
+        self.message_user(request, "Keys enabled.", messages.SUCCESS)
+
+    @admin.action(description="Disable the selected keys", permissions=["change"])
+    def disable_keys(self, request, queryset):
+        for key in queryset:
+            services.api_key_set_status(api_key=key, enabled=False)
+        self.message_user(request, "Keys disabled.", messages.SUCCESS)

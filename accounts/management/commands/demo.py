@@ -1,0 +1,72 @@
+"""Load the demo world (idempotent): a master with a sub-account, an unrelated peer, and a
+read-only key of the master. `--json` prints their keys for scripts and the README's examples.
+
+Demo keys are the one place a secret is shown again (the demo must be re-runnable); the command
+refuses to run under production settings.
+"""
+
+import json
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from accounts import services
+from accounts.crypto import decrypt_secret
+from accounts.models import ApiKey, ApiKeyType, User
+
+DEMO_PASSWORD = "demo-password-change-me"  # noqa: S105 - demo accounts only
+MASTER = {"email": "master@demo.exchange", "phone": "+639170000001"}
+SUB = {"email": "sub1@demo.exchange", "phone": None}
+PEER = {"email": "peer@demo.exchange", "phone": "+639170000002"}
+
+
+def _user(email: str, phone: str | None, master: User | None = None) -> User:
+    user = User.objects.filter(email=email).first()
+    if user is None:
+        user = services.user_create(email=email, phone=phone, password=DEMO_PASSWORD, master=master)
+    return user
+
+
+def _key(user: User, name: str, types: list[str] | None = None) -> tuple[str, str]:
+    api_key = ApiKey.objects.filter(user=user, name=name).first()
+    if api_key is None:
+        created = services.api_key_create(user=user, name=name, types=types)
+        return created.api_key.key, created.secret
+    return api_key.key, decrypt_secret(api_key.secret_ciphertext)
+
+
+class Command(BaseCommand):
+    help = "Create the demo accounts and keys (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="Print the demo accounts and keys as JSON.")
+
+    def handle(self, *args, **options):
+        if settings.SETTINGS_MODULE.endswith("production"):
+            raise CommandError("The demo world is not for production.")
+        with transaction.atomic():
+            master = _user(**MASTER)
+            sub = _user(**SUB, master=master)
+            peer = _user(**PEER)
+            master_key = _key(master, "demo")
+            sub_key = _key(sub, "demo")
+            peer_key = _key(peer, "demo")
+            readonly_key = _key(master, "demo-readonly", [ApiKeyType.READ_ONLY])
+        world = {
+            "master": {
+                "email": master.email,
+                "phone": master.phone,
+                "api_key": master_key[0],
+                "secret_key": master_key[1],
+            },
+            "sub": {"email": sub.email, "api_key": sub_key[0], "secret_key": sub_key[1]},
+            "peer": {"email": peer.email, "phone": peer.phone, "api_key": peer_key[0], "secret_key": peer_key[1]},
+            "readonly": {"email": master.email, "api_key": readonly_key[0], "secret_key": readonly_key[1]},
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(world))
+        else:
+            for role, entry in world.items():
+                self.stdout.write(f"{role}: {entry['email']} api_key={entry['api_key']}")
+            self.stdout.write("Run with --json to see the secrets.")

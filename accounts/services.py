@@ -1,0 +1,106 @@
+"""Writes owned by accounts: users and API keys."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import secrets
+import string
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from accounts.crypto import encrypt_secret
+from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, ApiKeyType, User
+
+logger = logging.getLogger(__name__)
+
+_ALPHABET = string.ascii_letters + string.digits
+
+
+def _random_token(length: int = 64) -> str:
+    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+
+
+def user_create(
+    *,
+    email: str,
+    phone: str | None = None,
+    password: str | None = None,
+    master: User | None = None,
+    is_virtual: bool = False,
+) -> User:
+    if master is not None and master.master_id is not None:
+        raise ValueError("A sub-account cannot be the master of another account.")
+    return User.objects.create_user(
+        email=email, password=password, phone=phone or None, master=master, is_virtual=is_virtual
+    )
+
+
+def normalize_key_types(types: list[str] | None) -> list[str]:
+    """No types means every functional type (a key may use all secure endpoints by default);
+    'Read only' excludes the functional types."""
+    chosen = list(dict.fromkeys(types or []))
+    unknown = [t for t in chosen if t not in ApiKeyType.values]
+    if unknown:
+        raise ValueError(f"Unknown API key type(s): {', '.join(unknown)}")
+    if not chosen:
+        return [str(t) for t in FUNCTIONAL_KEY_TYPES]
+    if ApiKeyType.READ_ONLY in chosen:
+        return [str(ApiKeyType.READ_ONLY)]
+    return chosen
+
+
+def normalize_ip_list(entries: list[str] | None) -> list[str]:
+    normalized = []
+    for entry in entries or []:
+        entry = entry.strip()
+        if not entry:
+            continue
+        network = ipaddress.ip_network(entry, strict=False)  # ValueError for rubbish
+        normalized.append(str(network.network_address) if network.num_addresses == 1 else str(network))
+    return list(dict.fromkeys(normalized))
+
+
+@dataclass(frozen=True)
+class CreatedApiKey:
+    api_key: ApiKey
+    secret: str  # the only time the secret exists in clear outside a request
+
+
+def api_key_create(
+    *,
+    user: User,
+    name: str,
+    types: list[str] | None = None,
+    ip_list: list[str] | None = None,
+    ip_restrict: bool | None = None,
+) -> CreatedApiKey:
+    secret = _random_token(64)
+    ips = normalize_ip_list(ip_list)
+    with transaction.atomic():
+        api_key = ApiKey.objects.create(
+            user=user,
+            name=name[:64],
+            key=_random_token(64),
+            secret_ciphertext=encrypt_secret(secret),
+            types=normalize_key_types(types),
+            status=ApiKeyStatus.ENABLE,
+            ip_restrict=bool(ips) if ip_restrict is None else ip_restrict,
+            ip_list=ips,
+        )
+    logger.info("API key %s… created for user %s", api_key.key[:8], user.pk)
+    return CreatedApiKey(api_key=api_key, secret=secret)
+
+
+def api_key_set_status(*, api_key: ApiKey, enabled: bool) -> ApiKey:
+    api_key.status = ApiKeyStatus.ENABLE if enabled else ApiKeyStatus.NOT_ENABLE
+    api_key.save(update_fields=["status", "updated_at"])
+    return api_key
+
+
+def api_key_set_ip_restriction(*, api_key: ApiKey, ip_restrict: bool, ip_list: list[str]) -> ApiKey:
+    api_key.ip_restrict = ip_restrict
+    api_key.ip_list = normalize_ip_list(ip_list)
+    api_key.save(update_fields=["ip_restrict", "ip_list", "updated_at"])
+    return api_key

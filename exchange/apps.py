@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class ExchangeConfig(AppConfig):
+    name = "exchange"
+    verbose_name = "Service operations"
+
+    def ready(self) -> None:
+        from exchange.roles import sync_roles
+
+        # After the last app's permissions exist; idempotent.
+        post_migrate.connect(sync_roles, dispatch_uid="exchange.sync_roles")

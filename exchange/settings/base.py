@@ -1,0 +1,189 @@
+"""Settings read from the environment (django-environ).
+
+Without any environment the service runs embedded: SQLite under var/, in-memory rate limits and
+channel layer, Celery tasks executed eagerly in-process. With DATABASE_URL and REDIS_URL it runs
+on PostgreSQL and Redis with real Celery workers.
+"""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+VAR_DIR = BASE_DIR / "var"
+VAR_DIR.mkdir(exist_ok=True)
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
+
+# Development fallback only; production.py refuses to start with it.
+INSECURE_DEFAULT_SECRET_KEY = "insecure-development-key-change-me-0123456789abcdefghijklmnop"  # noqa: S105
+SECRET_KEY = env.str("SECRET_KEY", default=INSECURE_DEFAULT_SECRET_KEY)
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "testserver"])
+# Proxies whose X-Forwarded-For we believe (addresses or CIDR networks).
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
+PORT = env.int("PORT", default=8000)
+
+# Fernet keys (comma separated, newest first) that encrypt API secrets at rest. When unset a key
+# is derived from SECRET_KEY, which is fine for development only.
+API_SECRET_ENCRYPTION_KEYS = env.list("API_SECRET_ENCRYPTION_KEYS", default=[])
+
+IP_WEIGHT_LIMIT_PER_MINUTE = env.int("IP_WEIGHT_LIMIT_PER_MINUTE", default=120)
+UID_WEIGHT_LIMIT_PER_MINUTE = env.int("UID_WEIGHT_LIMIT_PER_MINUTE", default=180)
+RATE_LIMIT_BAN_MIN_SECONDS = env.int("RATE_LIMIT_BAN_MIN_SECONDS", default=120)
+RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 24 * 3600)
+QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
+LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
+
+REDIS_URL = env.str("REDIS_URL", default="")
+# Where the rate-limit counters live: Redis when configured, else this process's memory.
+RATE_LIMIT_STORAGE_URL = env.str("RATE_LIMIT_STORAGE_URL", default=REDIS_URL or "memory://")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "exchange",
+    "accounts",
+    "wallet",
+    "convert",
+    "subaccounts",
+    "streams",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "exchange.api.middleware.ClientIpMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "exchange.urls"
+WSGI_APPLICATION = "exchange.wsgi.application"
+ASGI_APPLICATION = "exchange.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "exchange" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'exchange.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # One writer at a time, taken at BEGIN, so two transactions never deadlock upgrading locks.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"]["ATOMIC_REQUESTS"] = False  # services own their transactions
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_USER_MODEL = "accounts.User"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# The gateway (exchange/api) does parameters, authentication, permissions and throttling itself;
+# DRF only routes, renders and hands exceptions to our handler.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_THROTTLE_CLASSES": [],
+    "DEFAULT_PARSER_CLASSES": [],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "exchange.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "exchange.api.schema.GatewayAutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Exchange account service API",
+    "DESCRIPTION": (
+        "REST interface of the exchange account service. Signed endpoints (TRADE, USER_DATA) need the "
+        "X-SERVICE-APIKEY header, a `timestamp` and a `signature` (hex HMAC-SHA256 of totalParams "
+        "keyed with the secret). See docs/api.md in the repository for the signing rules."
+    ),
+    "VERSION": "2025-06-20",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKey": {"type": "apiKey", "in": "header", "name": "X-SERVICE-APIKEY"},
+        }
+    },
+}
+
+# Celery: eager in the embedded default, Redis broker in the full stack.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_BEAT_SCHEDULE: dict = {}
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        # Django logs every 4xx with the path; our envelope already tells the client why.
+        "django.request": {"level": "ERROR"},
+        "django.server": {"level": "WARNING"},
+    },
+}

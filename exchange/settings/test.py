@@ -1,0 +1,17 @@
+"""Test settings: the real PostgreSQL and Redis that `make test` starts (see Makefile)."""
+
+from .base import *  # noqa: F403
+from .base import env
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; test users only
+DATABASES = {"default": env.db("DATABASE_URL", default="postgres://exchange:exchange@127.0.0.1:5432/exchange")}
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/15")
+RATE_LIMIT_STORAGE_URL = REDIS_URL
+CELERY_BROKER_URL = REDIS_URL
+CELERY_TASK_ALWAYS_EAGER = True
+CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}

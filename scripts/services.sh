@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Make sure the PostgreSQL and Redis that tests and benchmarks use are installed and running.
+# Installs them from Debian packages when missing (needs root), starts them, creates the
+# `exchange` role and database. Idempotent; prints the URLs to use.
+set -euo pipefail
+
+PG_USER=exchange
+PG_PASSWORD=exchange
+PG_DB=exchange
+REDIS_PORT=${REDIS_PORT:-6379}
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql postgresql-contrib)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Installing ${missing[*]} from Debian packages" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# PostgreSQL: the first cluster of the newest installed version.
+version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
+cluster=$(pg_lsclusters -h 2>/dev/null | awk -v v="$version" '$1 == v {print $2; exit}')
+if [ -z "$cluster" ]; then
+  cluster=main
+  as_root pg_createcluster "$version" "$cluster" >/dev/null
+fi
+if ! pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $4}' | grep -q online; then
+  as_root pg_ctlcluster "$version" "$cluster" start
+fi
+port=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $3}')
+for _ in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.2; done
+psql_admin() { as_root runuser -u postgres -- psql -p "$port" -v ON_ERROR_STOP=1 -qtA "$@"; }
+if [ "$(psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'")" != "1" ]; then
+  psql_admin -c "CREATE ROLE $PG_USER LOGIN CREATEDB PASSWORD '$PG_PASSWORD'"
+fi
+if [ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != "1" ]; then
+  psql_admin -c "CREATE DATABASE $PG_DB OWNER $PG_USER"
+fi
+
+# Redis: answer on the port, or start one without persistence.
+if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
+  redis-server --daemonize yes --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null
+  for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+echo "DATABASE_URL=postgres://$PG_USER:$PG_PASSWORD@127.0.0.1:$port/$PG_DB"
+echo "REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0"
