@@ -1,6 +1,22 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
+
+
+def _invalidate_keyring(sender, instance, **kwargs) -> None:
+    from accounts.keyring import keyrings
+
+    keyrings.invalidate(instance.pk if sender.__name__ == "User" else instance.user_id)
 
 
 class AccountsConfig(AppConfig):
     name = "accounts"
     verbose_name = "Accounts and API keys"
+
+    def ready(self) -> None:
+        from accounts.models import ApiKey, User
+
+        # Cache invalidation, not business logic: any saved change to a key or an account (admin,
+        # services, shell) evicts the gateway's cached keyring of that account.
+        for model in (ApiKey, User):
+            post_save.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-save-{model.__name__}")
+            post_delete.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-delete-{model.__name__}")

@@ -108,11 +108,3 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key[:8]}…)"
-
-    @property
-    def is_read_only(self) -> bool:
-        return not any(t in self.types for t in FUNCTIONAL_KEY_TYPES)
-
-    @property
-    def is_enabled(self) -> bool:
-        return self.status == ApiKeyStatus.ENABLE

@@ -1,25 +1,23 @@
 from __future__ import annotations
 
-from accounts.models import ApiKey, User
-
-
-def api_key_get_for_auth(*, key: str) -> ApiKey | None:
-    """The key and its user in one query, for the gateway."""
-    return ApiKey.objects.select_related("user").filter(key=key).first()
+from accounts.keyring import keyrings
+from accounts.models import User
 
 
 def api_key_list(*, user: User) -> list[dict]:
-    """The caller's keys as GET /openapi/v1/api-keys shows them."""
+    """The caller's keys as GET /openapi/v1/api-keys shows them (from the keyring the gateway
+    already holds for this account: same rows, same invalidation)."""
+    keyring = keyrings.for_user(user.pk)
     return [
         {
             "apiKey": key.key,
             "apiName": key.name,
             "apiType": list(key.types),
             "status": key.status,
-            "createTime": str(int(key.created_at.timestamp() * 1000)),
+            "createTime": str(key.created_at_ms),
             "ipAccessRestrictions": list(key.ip_list) if key.ip_restrict else [],
         }
-        for key in ApiKey.objects.filter(user=user).order_by("id")
+        for key in (keyring.keys if keyring else ())
     ]
 
 

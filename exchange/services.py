@@ -34,7 +34,7 @@ def rate_limit_ban_create(*, ip: str, reason: str) -> RateLimitBan:
             reason=reason[:200],
             expires_at=now + timedelta(seconds=duration),
         )
-    ratelimit.storage().incr(ratelimit.ban_key(ip), duration)
+    ratelimit.counters().ban(ratelimit.ban_key(ip), duration)
     logger.warning("IP %s banned for %s s (offence %s): %s", ip, duration, offence, reason)
     return ban
 
@@ -46,7 +46,7 @@ def rate_limit_ban_lift(*, ban: RateLimitBan, lifted_by=None) -> RateLimitBan:
         RateLimitBan.objects.filter(ip=ban.ip, lifted_at__isnull=True, expires_at__gt=now).update(
             lifted_at=now, lifted_by=lifted_by
         )
-    ratelimit.storage().clear(ratelimit.ban_key(ban.ip))
+    ratelimit.counters().clear(ratelimit.ban_key(ban.ip))
     ban.refresh_from_db()
     logger.info("Ban of %s lifted by %s", ban.ip, lifted_by)
     return ban

@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from accounts import services as account_services
+from accounts.keyring import keyrings
 from exchange.api import ratelimit
 
 FORM = "application/x-www-form-urlencoded"
@@ -22,6 +23,7 @@ _counter = itertools.count(1)
 def _fresh_rate_limits():
     """Each test starts with empty counters and no bans in the (real, Redis) limit storage."""
     ratelimit.storage().reset()
+    keyrings.clear()
     yield
     ratelimit.storage().reset()
 

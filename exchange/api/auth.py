@@ -169,18 +169,19 @@ class RawRequest:
 
 
 def authenticate(endpoint: EndpointAuth, raw: RawRequest):
-    """Return the caller's ApiKey (with its user), or None for NONE endpoints; raise on refusal."""
+    """Return (keyring, key record) of the caller, or None for NONE endpoints; raise on refusal."""
     if not endpoint.security.needs_key:
         return None
     from accounts.crypto import decrypt_secret
-    from accounts.selectors import api_key_get_for_auth
+    from accounts.keyring import keyrings
 
     key_text = raw.meta.get(_API_KEY_META, "").strip()
     if not key_text:
         raise Unauthorized()
-    api_key = api_key_get_for_auth(key=key_text) if len(key_text) <= 64 else None
-    if api_key is None:
+    found = keyrings.lookup(key_text) if len(key_text) <= 64 else None
+    if found is None:
         raise ApiKeyNotExist()
+    keyring, api_key = found
 
     if endpoint.security.signed:
         timestamp_text = raw.params.get("timestamp") or raw.meta.get(_TIMESTAMP_META, "").strip()
@@ -192,7 +193,8 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
         verify_signature(decrypt_secret(api_key.secret_ciphertext), provided, candidates)
         check_timing(timestamp, recv_window)
 
-    if not api_key.is_enabled or not api_key.user.is_active:
+    account = keyring.account()
+    if not api_key.is_enabled or not account.is_active:
         raise ApiKeyNotEnabled()
     if endpoint.writes and api_key.is_read_only:
         raise UnsupportedOperation()
@@ -205,4 +207,4 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
             raise IpNotInWhitelist(raw.ip)
     elif endpoint.ip_whitelist_required:
         raise BindIpWhiteListFirst()
-    return api_key
+    return api_key, account

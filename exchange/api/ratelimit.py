@@ -1,44 +1,129 @@
 """Weighted request limits per IP and per UID, and the 418 ban for clients that ignore a 429.
 
 Counters live in the `limits` library's storage: Redis in the full stack, process memory in the
-embedded default. Each counter is a fixed one-minute window that starts at its first request;
-refused requests count too, so hammering keeps a client refused. A client that sends another
-request after having been told 429 in the same window is banned: 2 minutes for a first offence,
-doubling per offence within the last 3 days, capped at 3 days. Bans are rows of
-`exchange.RateLimitBan` (visible and liftable in the admin) mirrored into the storage, which is
-what the request path reads.
+embedded default. Each counter is a fixed one-minute window (the `limits` item's key and expiry)
+that starts at its first request; refused requests count too, so hammering keeps a client refused.
+A client that sends another request after having been told 429 in the same window is banned:
+2 minutes for a first offence, doubling per offence within the last 3 days, capped at 3 days.
+Bans are rows of `exchange.RateLimitBan` (visible and liftable in the admin) mirrored into the
+storage, which is what the request path reads.
+
+One request costs one storage round trip: the ban check and both counters are taken together
+(a Lua script on Redis), because the gateway charges a request once it knows who is calling.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from django.conf import settings
 from limits import RateLimitItemPerMinute
-from limits.storage import Storage, storage_from_string
+from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
 from redis.exceptions import RedisError
 
 from exchange.api.errors import IpBanned, TooManyRequests
 
 logger = logging.getLogger(__name__)
 
-WINDOW_SECONDS = 60
 USED_WEIGHT_HEADER = "X-SERVICE-USED-WEIGHT-1M"
 USED_UID_WEIGHT_HEADER = "X-SERVICE-USED-UID-WEIGHT-1M"
 STORAGE_ERRORS = (RedisError, OSError)
 
+# KEYS: ban, ip counter[, uid counter]; ARGV: window seconds, ip weight[, uid weight].
+# Returns {ban ms left, ip count, ip ms left, uid count, uid ms left}; a banned caller is not counted.
+_TAKE_LUA = """
+local ban = redis.call('PTTL', KEYS[1])
+if ban > 0 then return {ban, 0, 0, 0, 0} end
+local function take(key, weight)
+  local count = redis.call('INCRBY', key, weight)
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    redis.call('EXPIRE', key, ARGV[1])
+    ttl = tonumber(ARGV[1]) * 1000
+  end
+  return count, ttl
+end
+local ip, ip_ttl = take(KEYS[2], ARGV[2])
+local uid, uid_ttl = -1, 0
+if #KEYS > 2 then uid, uid_ttl = take(KEYS[3], ARGV[3]) end
+return {0, ip, ip_ttl, uid, uid_ttl}
+"""
+
+
+@dataclass(frozen=True)
+class Taken:
+    ban_ms: int
+    ip: int
+    ip_ms: int
+    uid: int | None
+    uid_ms: int
+
+
+class Counters:
+    """The storage operations the gateway needs, over a `limits` storage."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+        self._lock = threading.Lock()
+        if isinstance(storage, RedisStorage):
+            self._take_script = storage.get_connection().register_script(_TAKE_LUA)
+
+    def _key(self, key: str) -> str:
+        return self.storage.prefixed_key(key) if isinstance(self.storage, RedisStorage) else key
+
+    def take(
+        self, ban_key: str, ip_key: str, ip_weight: int, uid_key: str | None, uid_weight: int, window: int
+    ) -> Taken:
+        if isinstance(self.storage, RedisStorage):
+            keys = [self._key(ban_key), self._key(ip_key)] + ([self._key(uid_key)] if uid_key else [])
+            ban, ip, ip_ms, uid, uid_ms = self._take_script(keys=keys, args=[window, ip_weight, uid_weight])
+            return Taken(ban, ip, ip_ms, uid if uid_key else None, uid_ms)
+        return self._take_memory(ban_key, ip_key, ip_weight, uid_key, uid_weight, window)
+
+    def _take_memory(self, ban_key, ip_key, ip_weight, uid_key, uid_weight, window) -> Taken:
+        store: MemoryStorage = self.storage
+        with self._lock:
+            now = time.time()
+            if store.get(ban_key):
+                return Taken(max(1, int((store.get_expiry(ban_key) - now) * 1000)), 0, 0, None, 0)
+            ip = store.incr(ip_key, window, amount=ip_weight)
+            ip_ms = int((store.get_expiry(ip_key) - now) * 1000)
+            uid = uid_ms = None
+            if uid_key:
+                uid = store.incr(uid_key, window, amount=uid_weight)
+                uid_ms = int((store.get_expiry(uid_key) - now) * 1000)
+            return Taken(0, ip, ip_ms, uid, uid_ms or 0)
+
+    def incr(self, key: str, seconds: int) -> int:
+        return self.storage.incr(key, seconds)
+
+    def ban(self, key: str, seconds: int) -> None:
+        self.storage.clear(key)
+        self.storage.incr(key, seconds)
+
+    def clear(self, key: str) -> None:
+        self.storage.clear(key)
+
+    def reset(self) -> None:
+        self.storage.reset()
+
 
 @lru_cache(maxsize=4)
-def _storage_for(url: str) -> Storage:
-    return storage_from_string(url)
+def _counters_for(url: str) -> Counters:
+    return Counters(storage_from_string(url))
+
+
+def counters() -> Counters:
+    return _counters_for(settings.RATE_LIMIT_STORAGE_URL)
 
 
 def storage() -> Storage:
-    return _storage_for(settings.RATE_LIMIT_STORAGE_URL)
+    return counters().storage
 
 
 def ban_key(ip: str) -> str:
@@ -49,78 +134,69 @@ def _warned_key(ip: str) -> str:
     return f"exchange/warned/{ip}"
 
 
-@dataclass
-class UsedWeight:
-    """What this request consumed, for the used-weight headers."""
-
-    ip: int | None = None
-    uid: int | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def used_weight(http_request) -> UsedWeight:
-    state = getattr(http_request, "_used_weight", None)
-    if state is None:
-        state = UsedWeight()
-        http_request._used_weight = state
-    return state
-
-
-def _django_request(request):
-    return getattr(request, "_request", request)
+def _item(counter: str) -> RateLimitItemPerMinute:
+    limit = settings.IP_WEIGHT_LIMIT_PER_MINUTE if counter == "ip" else settings.UID_WEIGHT_LIMIT_PER_MINUTE
+    return RateLimitItemPerMinute(limit, namespace=f"exchange-{counter}")
 
 
 def apply_weight_headers(request, response) -> None:
-    state = getattr(_django_request(request), "_used_weight", None)
-    if state is None:
+    http_request = getattr(request, "_request", request)
+    used = getattr(http_request, "_used_weight", None)
+    if used is None:
         return
-    if state.ip is not None:
-        response[USED_WEIGHT_HEADER] = str(state.ip)
-    if state.uid is not None:
-        response[USED_UID_WEIGHT_HEADER] = str(state.uid)
+    if used.get("ip") is not None:
+        response[USED_WEIGHT_HEADER] = str(used["ip"])
+    if used.get("uid") is not None:
+        response[USED_UID_WEIGHT_HEADER] = str(used["uid"])
 
 
-def _seconds_until(expiry_epoch: float) -> int:
-    return max(1, math.ceil(expiry_epoch - time.time()))
-
-
-def check_ban(ip: str) -> None:
-    """Refuse a banned address with 418 and the seconds until the ban ends."""
-    store = storage()
-    key = ban_key(ip)
+def charge(http_request, *, ip: str, ip_weight: int, uid: int | None = None, uid_weight: int = 0) -> None:
+    """Refuse a banned IP (418); add the weights to the IP and UID counters; refuse over a limit
+    (429, and 418 with a new ban for a client that continues after its 429)."""
+    ip_item = _item("ip")
+    uid_item = _item("uid") if uid is not None else None
     try:
-        if not store.get(key):
-            return
-        retry_after = _seconds_until(store.get_expiry(key))
+        taken = counters().take(
+            ban_key(ip),
+            ip_item.key_for(ip),
+            ip_weight,
+            uid_item.key_for(str(uid)) if uid_item else None,
+            uid_weight,
+            ip_item.get_expiry(),
+        )
     except STORAGE_ERRORS:
-        logger.exception("Rate-limit storage unavailable; ban check skipped")
+        # Limits protect capacity, not money: an outage of their storage must not stop the API.
+        logger.exception("Rate-limit storage unavailable; request not counted")
         return
+    if taken.ban_ms:
+        _refuse_banned(taken.ban_ms / 1000)
+    used = http_request.__dict__.setdefault("_used_weight", {})
+    used["ip"] = taken.ip
+    if taken.uid is not None:
+        used["uid"] = taken.uid
+    if taken.ip > ip_item.amount:
+        _over_limit(ip, "ip", taken.ip, ip_item.amount, taken.ip_ms)
+    if uid_item is not None and taken.uid > uid_item.amount:
+        _over_limit(ip, "uid", taken.uid, uid_item.amount, taken.uid_ms)
+
+
+def _refuse_banned(seconds_left: float) -> None:
+    retry_after = max(1, math.ceil(seconds_left))
     until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + retry_after))
     raise IpBanned(until, headers={"Retry-After": str(retry_after)})
 
 
-def hit(request, *, counter: str, identifier: str, weight: int, ip: str) -> None:
-    """Add `weight` to the `counter` ("ip" or "uid") of `identifier`; refuse beyond the limit."""
-    limit = settings.IP_WEIGHT_LIMIT_PER_MINUTE if counter == "ip" else settings.UID_WEIGHT_LIMIT_PER_MINUTE
-    item = RateLimitItemPerMinute(limit, namespace=f"exchange-{counter}")
-    key = item.key_for(identifier)
-    store = storage()
+def _over_limit(ip: str, counter: str, count: int, limit: int, window_ms: int) -> None:
+    retry_after = max(1, math.ceil(window_ms / 1000))
     try:
-        count = store.incr(key, item.get_expiry(), amount=weight)
+        warned = counters().incr(_warned_key(ip), retry_after)
     except STORAGE_ERRORS:
-        # Limits protect capacity, not money: an outage of their storage must not stop trading.
-        logger.exception("Rate-limit storage unavailable; request not counted")
-        return
-    setattr(used_weight(_django_request(request)), counter, count)
-    if count <= limit:
-        return
-    retry_after = _seconds_until(store.get_expiry(key))
-    warned = store.incr(_warned_key(ip), retry_after)
+        warned = 1
     if warned == 1:
         raise TooManyRequests(limit, "1 minute", headers={"Retry-After": str(retry_after)})
     if warned == 2:  # exactly one request per window creates the ban
         from exchange.services import rate_limit_ban_create
 
-        rate_limit_ban_create(ip=ip, reason=f"continued after 429 on the {counter} limit ({count}/{limit})")
-    check_ban(ip)
-    raise IpBanned("the ban is recorded", headers={"Retry-After": str(retry_after)})
+        ban = rate_limit_ban_create(ip=ip, reason=f"continued after 429 on the {counter} limit ({count}/{limit})")
+        _refuse_banned(ban.duration_seconds)
+    _refuse_banned(retry_after)  # the ban is being recorded by a concurrent request

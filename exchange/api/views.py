@@ -1,11 +1,12 @@
 """`GatewayApi`: the base of every endpoint. A subclass declares its security type, weights, key
 type and parameters; `initial()` runs the gateway before the handler, in this order:
 
-1. IP ban (418), IP weight (429, then 418 for continuing);
-2. method allowed (405), parameters merged from query string and body (-1010 on a malformed body);
-3. authentication for the security type (key, signature, timing, status, type, IP list);
-4. UID weight (the caller's account; the IP when the endpoint is NONE);
-5. the endpoint's parameters parsed and checked (-1105, -1025, -1106, -1107) into `self.params`.
+1. method allowed (405), parameters merged from query string and body (-1010 on a malformed body);
+2. authentication for the security type (key, signature, timing, status, type, IP list);
+3. the charge: IP ban (418), IP and UID weights (429, then 418 for continuing), in one storage
+   round trip. A refusal from steps 1-2 is charged to the IP first, so a limit or ban outranks it;
+   a key that is not in the process's keyring cache is charged before the database is asked;
+4. the endpoint's parameters parsed and checked (-1105, -1025, -1106, -1107) into `self.params`.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any, ClassVar
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from exchange.api import ratelimit
+from accounts.keyring import keyrings
 from exchange.api.auth import EndpointAuth, RawRequest, Security, authenticate
-from exchange.api.errors import MethodNotAllowed, NotFound
+from exchange.api.errors import ExchangeError, MethodNotAllowed, NotFound
 from exchange.api.params import ParamSpec, body_pairs_from, merge_params, split_pairs
+from exchange.api.ratelimit import apply_weight_headers, charge
 
 READ_METHODS = frozenset({"GET", "HEAD"})
 
@@ -36,8 +38,8 @@ class GatewayApi(APIView):
     http_method_names: ClassVar[list[str]] = ["get", "post", "put", "delete", "head"]
 
     params: dict[str, Any]
-    api_key = None
-    account = None
+    api_key = None  # accounts.keyring.KeyRecord of the caller (never the model: see keyring.py)
+    account = None  # accounts.models.User of the caller
 
     def spec_for(self, method: str) -> ParamSpec:
         spec = self.params_spec
@@ -49,45 +51,59 @@ class GatewayApi(APIView):
         super().initial(request, *args, **kwargs)
         http_request = request._request
         ip = http_request.client_ip
-        ratelimit.check_ban(ip)
-        ratelimit.hit(request, counter="ip", identifier=ip, weight=self.ip_weight, ip=ip)
+        ip_charged = False
+        try:
+            method = request.method
+            if method.lower() not in self.http_method_names or not hasattr(self, method.lower()):
+                raise MethodNotAllowed(method)
+            raw = self._raw_request(http_request, ip)
+            if self.security.needs_key and not keyrings.cached(raw.meta.get("HTTP_X_SERVICE_APIKEY", "").strip()):
+                # The key must come from the database: count the IP (and refuse a banned one) first.
+                charge(http_request, ip=ip, ip_weight=self.ip_weight)
+                ip_charged = True
+            caller = authenticate(self._endpoint_auth(method), raw)
+        except ExchangeError:
+            if not ip_charged:  # a limit or a ban outranks the reason for refusing
+                charge(http_request, ip=ip, ip_weight=self.ip_weight)
+            raise
+        if caller is None:  # NONE: a UID weight falls on the IP
+            charge(http_request, ip=ip, ip_weight=self.ip_weight + self.uid_weight)
+        else:
+            self.api_key, self.account = caller
+            charge(
+                http_request,
+                ip=ip,
+                ip_weight=0 if ip_charged else self.ip_weight,
+                uid=self.account.pk,
+                uid_weight=self.uid_weight,
+            )
+        self.params = self.spec_for(method).parse(raw.params)
 
-        method = request.method
-        if method.lower() not in self.http_method_names or not hasattr(self, method.lower()):
-            raise MethodNotAllowed(method)
-
+    @staticmethod
+    def _raw_request(http_request, ip: str) -> RawRequest:
         query = http_request.META.get("QUERY_STRING", "")
         body_text, body_pairs = body_pairs_from(http_request.META.get("CONTENT_TYPE", ""), http_request.body)
-        query_pairs = split_pairs(query)
-        merged = merge_params(query, body_text, body_pairs)
-        raw = RawRequest(
+        return RawRequest(
             meta=http_request.META,
             query=query,
             body=body_text,
-            query_pairs=query_pairs,
+            query_pairs=split_pairs(query),
             body_pairs=body_pairs,
-            params=merged,
+            params=merge_params(query, body_text, body_pairs),
             ip=ip,
         )
-        endpoint = EndpointAuth(
+
+    def _endpoint_auth(self, method: str) -> EndpointAuth:
+        return EndpointAuth(
             security=self.security,
             key_type=self.key_type,
             writes=method not in READ_METHODS,
             ip_whitelist_required=self.ip_whitelist_required,
         )
-        self.api_key = authenticate(endpoint, raw)
-        self.account = self.api_key.user if self.api_key is not None else None
-
-        if self.uid_weight:
-            if self.account is not None:
-                ratelimit.hit(request, counter="uid", identifier=str(self.account.pk), weight=self.uid_weight, ip=ip)
-            else:
-                ratelimit.hit(request, counter="ip", identifier=ip, weight=self.uid_weight, ip=ip)
-        self.params = self.spec_for(method).parse(merged)
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
-        ratelimit.apply_weight_headers(request, response)
+        apply_weight_headers(request, response)
         return response
 
 
@@ -99,8 +115,7 @@ class NotFoundApi(GatewayApi):
 
     def initial(self, request, *args, **kwargs) -> None:
         http_request = request._request
-        ratelimit.check_ban(http_request.client_ip)
-        ratelimit.hit(request, counter="ip", identifier=http_request.client_ip, weight=1, ip=http_request.client_ip)
+        charge(http_request, ip=http_request.client_ip, ip_weight=1)
         raise NotFound(http_request.path)
 
     def get(self, request, *args, **kwargs) -> Response:  # pragma: no cover - initial() always raises

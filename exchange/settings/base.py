@@ -35,6 +35,9 @@ RATE_LIMIT_BAN_MIN_SECONDS = env.int("RATE_LIMIT_BAN_MIN_SECONDS", default=120)
 RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 24 * 3600)
 QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
+# How long a process may use its cached copy of an account's API keys when the Redis invalidation
+# message is lost (accounts/keyring.py); changes made through the ORM evict at once.
+API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 # Where the rate-limit counters live: Redis when configured, else this process's memory.

@@ -1,0 +1,218 @@
+"""The gateway's cache of API keys, one "keyring" per account: the account's row and all its keys.
+
+Every signed request needs its key (secret, types, status, IP list) and its account; reading them
+from the database on each request costs more than the rest of the gateway together. So each
+process keeps keyrings in memory:
+
+- an entry lives at most API_KEY_CACHE_SECONDS (default 10);
+- any save or delete of an ApiKey or a User evicts that account's keyring at once in this process
+  and, after commit, in every process through a Redis pub/sub message (signals in apps.py);
+- secrets stay encrypted in the cache; they are decrypted per request.
+
+So a disabled key is refused immediately by the process that disabled it and within milliseconds
+by the others; if the pub/sub connection is down, within API_KEY_CACHE_SECONDS at worst.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+
+from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
+
+logger = logging.getLogger(__name__)
+
+INVALIDATE_CHANNEL = "exchange:keyring:invalidate"
+MAX_KEYRINGS = 50_000
+_USER_FIELDS = tuple(f.attname for f in User._meta.concrete_fields)
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    key: str
+    name: str
+    secret_ciphertext: str
+    types: tuple[str, ...]
+    status: str
+    ip_restrict: bool
+    ip_list: tuple[str, ...]
+    created_at_ms: int
+
+    @property
+    def is_read_only(self) -> bool:
+        return not any(t in self.types for t in FUNCTIONAL_KEY_TYPES)
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.status == ApiKeyStatus.ENABLE
+
+
+@dataclass(frozen=True)
+class Keyring:
+    user_id: int
+    user_values: tuple
+    keys: tuple[KeyRecord, ...]
+    expires_at: float
+
+    def account(self) -> User:
+        """A fresh User instance per request (cached instances are never handed out)."""
+        return User.from_db("default", _USER_FIELDS, self.user_values)
+
+    def find(self, key: str) -> KeyRecord | None:
+        for record in self.keys:
+            if record.key == key:
+                return record
+        return None
+
+
+def _load(user_id: int) -> Keyring | None:
+    values = User.objects.filter(pk=user_id).values_list(*_USER_FIELDS).first()
+    if values is None:
+        return None
+    keys = tuple(
+        KeyRecord(
+            key=k.key,
+            name=k.name,
+            secret_ciphertext=k.secret_ciphertext,
+            types=tuple(k.types),
+            status=k.status,
+            ip_restrict=k.ip_restrict,
+            ip_list=tuple(k.ip_list),
+            created_at_ms=int(k.created_at.timestamp() * 1000),
+        )
+        for k in ApiKey.objects.filter(user_id=user_id).order_by("id")
+    )
+    return Keyring(
+        user_id=user_id, user_values=values, keys=keys, expires_at=time.monotonic() + settings.API_KEY_CACHE_SECONDS
+    )
+
+
+class KeyringCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keyrings: OrderedDict[int, Keyring] = OrderedDict()
+        self._owner: dict[str, int] = {}  # api key -> user id
+        self._subscriber: threading.Thread | None = None
+
+    def _get(self, user_id: int) -> Keyring | None:
+        with self._lock:
+            ring = self._keyrings.get(user_id)
+            if ring is not None and ring.expires_at > time.monotonic():
+                self._keyrings.move_to_end(user_id)
+                return ring
+        return None
+
+    def _put(self, ring: Keyring) -> None:
+        with self._lock:
+            self._keyrings[ring.user_id] = ring
+            self._keyrings.move_to_end(ring.user_id)
+            for record in ring.keys:
+                self._owner[record.key] = ring.user_id
+            while len(self._keyrings) > MAX_KEYRINGS:
+                _, old = self._keyrings.popitem(last=False)
+                for record in old.keys:
+                    self._owner.pop(record.key, None)
+
+    def for_user(self, user_id: int) -> Keyring | None:
+        self._ensure_subscriber()
+        ring = self._get(user_id)
+        if ring is None:
+            ring = _load(user_id)
+            if ring is not None:
+                self._put(ring)
+        return ring
+
+    def cached(self, key: str) -> bool:
+        """Whether `key` can be authenticated without the database."""
+        with self._lock:
+            user_id = self._owner.get(key)
+            ring = self._keyrings.get(user_id) if user_id is not None else None
+        return ring is not None and ring.expires_at > time.monotonic()
+
+    def lookup(self, key: str) -> tuple[Keyring, KeyRecord] | None:
+        """The keyring and record of an API key, or None for an unknown key (never cached)."""
+        with self._lock:
+            user_id = self._owner.get(key)
+        ring = self.for_user(user_id) if user_id is not None else None
+        record = ring.find(key) if ring is not None else None
+        if record is None:  # unknown here: ask the database who owns it
+            user_id = ApiKey.objects.filter(key=key).values_list("user_id", flat=True).first()
+            if user_id is None:
+                return None
+            self.evict(user_id)
+            ring = self.for_user(user_id)
+            record = ring.find(key) if ring is not None else None
+            if record is None:
+                return None
+        return ring, record
+
+    def evict(self, user_id: int) -> None:
+        with self._lock:
+            ring = self._keyrings.pop(user_id, None)
+            if ring is not None:
+                for record in ring.keys:
+                    self._owner.pop(record.key, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._keyrings.clear()
+            self._owner.clear()
+
+    # --- cross-process invalidation ---------------------------------------------------------
+
+    def invalidate(self, user_id: int) -> None:
+        """Evict now (this process) and again after commit, everywhere."""
+        self.evict(user_id)
+        transaction.on_commit(lambda: self._evict_everywhere(user_id))
+
+    def _evict_everywhere(self, user_id: int) -> None:
+        self.evict(user_id)
+        if not settings.REDIS_URL:
+            return
+        try:
+            _redis().publish(INVALIDATE_CHANNEL, str(user_id))
+        except Exception:
+            logger.exception("Could not publish a keyring invalidation")
+
+    def _ensure_subscriber(self) -> None:
+        if self._subscriber is not None or not settings.REDIS_URL:
+            return
+        with self._lock:
+            if self._subscriber is None:
+                self._subscriber = threading.Thread(target=self._listen, name="keyring-invalidation", daemon=True)
+                self._subscriber.start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                pubsub = _redis().pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(INVALIDATE_CHANNEL)
+                # Whatever changed while we were not listening is unknown: start clean.
+                self.clear()
+                for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self.evict(int(message["data"]))
+            except Exception:
+                logger.exception("Keyring invalidation listener lost Redis; retrying")
+                time.sleep(1)
+
+
+_redis_client = None
+
+
+def _redis():
+    global _redis_client
+    if _redis_client is None:
+        import redis
+
+        _redis_client = redis.Redis.from_url(settings.REDIS_URL)
+    return _redis_client
+
+
+keyrings = KeyringCache()

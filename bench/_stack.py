@@ -1,0 +1,173 @@
+"""Shared plumbing for the benchmarks: services, a throwaway database, a server, wrk.
+
+Every bench/NAME script: runnable from the project root after `make test` installed the services,
+starts and stops what it needs, prints `name: value` lines and ends with `headline: VALUE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+PYTHON = str(VENV_BIN / "python")
+
+
+def services_env() -> dict[str, str]:
+    out = subprocess.run([str(ROOT / "scripts" / "services.sh")], check=True, capture_output=True, text=True).stdout
+    return dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+
+
+def bench_env(db_name: str, redis_db: int, **extra: str) -> dict[str, str]:
+    """Environment for a server on a fresh database `db_name` and Redis database `redis_db`."""
+    urls = services_env()
+    base_db = urls["DATABASE_URL"].rsplit("/", 1)[0]
+    redis_base = urls["REDIS_URL"].rsplit("/", 1)[0]
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="exchange.settings.base",
+        DATABASE_URL=f"{base_db}/{db_name}",
+        REDIS_URL=f"{redis_base}/{redis_db}",
+        DEBUG="false",
+        LOG_LEVEL="WARNING",
+        **extra,
+    )
+    return env
+
+
+def recreate_database(env: dict[str, str]) -> None:
+    url = env["DATABASE_URL"]
+    name = url.rsplit("/", 1)[1]
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    code = (
+        "import psycopg,sys\n"
+        f"c=psycopg.connect({admin_url!r}, autocommit=True)\n"
+        f"c.execute('DROP DATABASE IF EXISTS {name} WITH (FORCE)')\n"
+        f"c.execute('CREATE DATABASE {name}')\n"
+    )
+    subprocess.run([PYTHON, "-c", code], check=True)
+    subprocess.run(
+        [PYTHON, "-c", "import redis,os; redis.from_url(os.environ['REDIS_URL']).flushdb()"], check=True, env=env
+    )
+    manage(env, "migrate", "--noinput", "-v", "0")
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+@contextlib.contextmanager
+def process(args: list[str], env: dict[str, str], port: int | None = None):
+    log = tempfile.NamedTemporaryFile(prefix="bench-", suffix=".log", delete=False)  # noqa: SIM115
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        if port is not None:
+            wait_for_port(port)
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+        if proc.returncode not in (0, -signal.SIGTERM, None) and proc.returncode != 143:
+            sys.stderr.write(Path(log.name).read_text()[-3000:])
+        os.unlink(log.name)
+
+
+def ensure_wrk() -> str:
+    path = shutil.which("wrk")
+    if path:
+        return path
+    subprocess.run(["apt-get", "update", "-qq"], check=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "wrk"],
+        check=True,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        stdout=subprocess.DEVNULL,
+    )
+    return shutil.which("wrk") or "wrk"
+
+
+_WRK_LUA = """
+local paths = {}
+for line in io.lines("%s") do paths[#paths + 1] = line end
+local i = 0
+local key = "%s"
+request = function()
+  i = i %% #paths + 1
+  return wrk.format("GET", paths[i], key ~= "" and {["X-SERVICE-APIKEY"] = key} or nil)
+end
+local non2xx = 0
+response = function(status, headers, body)
+  if status ~= 200 then non2xx = non2xx + 1 end
+end
+done = function(summary, latency, requests)
+  io.write(string.format("non200 %%d\\n", non2xx))
+end
+"""
+
+
+def wrk(
+    port: int, paths: list[str], *, api_key: str = "", seconds: int = 10, connections: int = 16, threads: int = 1
+) -> dict[str, float]:
+    """Requests per second (and latency) of GETs cycling through `paths`; non-200s are counted."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths_file = Path(tmp) / "paths.txt"
+        paths_file.write_text("\n".join(paths) + "\n")
+        script = Path(tmp) / "bench.lua"
+        script.write_text(_WRK_LUA % (paths_file, api_key))
+        out = subprocess.run(
+            [
+                ensure_wrk(),
+                f"-t{threads}",
+                f"-c{connections}",
+                f"-d{seconds}s",
+                "--latency",
+                "-s",
+                str(script),
+                f"http://127.0.0.1:{port}",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    non200 = int(re.search(r"non200 (\d+)", out).group(1))
+    p50 = _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1))
+    p99 = _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1))
+    return {"rps": rps, "non200": non200, "p50_ms": p50, "p99_ms": p99}
+
+
+def _ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
