@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.forms import UserChangeForm, UserCreationForm
 from django.core.exceptions import ValidationError
 from django.template.response import TemplateResponse
 
@@ -8,8 +9,43 @@ from accounts import services
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
 
 
+class _AccountFormRules:
+    """The rules services.user_create applies, for accounts created or edited in the admin."""
+
+    def clean_email(self):
+        email = self.cleaned_data["email"].strip().lower()
+        if User.objects.filter(email=email).exclude(pk=self.instance.pk).exists():
+            raise ValidationError("An account with this e-mail already exists.")
+        return email
+
+    def clean_master(self):
+        master = self.cleaned_data.get("master")
+        if master is not None and master.master_id is not None:
+            raise ValidationError("A sub-account cannot be the master of another account.")
+        if master is not None and self.instance.pk and master.pk == self.instance.pk:
+            raise ValidationError("An account cannot be its own master.")
+        return master
+
+    def clean_phone(self):
+        return self.cleaned_data.get("phone") or None
+
+
+class AccountCreationForm(_AccountFormRules, UserCreationForm):
+    class Meta:
+        model = User
+        fields = ("email", "phone", "master")
+
+
+class AccountChangeForm(_AccountFormRules, UserChangeForm):
+    class Meta:
+        model = User
+        fields = "__all__"
+
+
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
+    form = AccountChangeForm
+    add_form = AccountCreationForm
     ordering = ("id",)
     list_display = ("id", "email", "phone", "master", "is_virtual", "is_frozen", "is_active", "is_staff", "date_joined")
     list_filter = ("is_active", "is_staff", "is_frozen", "is_virtual")
@@ -41,10 +77,12 @@ class ApiKeyForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # A view-only user's form has no fields to adjust.
         if self.instance.pk:
             self.initial["ip_list"] = "\n".join(self.instance.ip_list)
-            self.fields["user"].disabled = True
-        else:
+            if "user" in self.fields:
+                self.fields["user"].disabled = True
+        elif "status" in self.fields:
             self.fields["status"].disabled = True
 
     def clean_types(self):

@@ -9,10 +9,17 @@ from exchange.models import BusinessStatus, RateLimitBan
 class BusinessStatusAdmin(admin.ModelAdmin):
     list_display = ("business_type", "is_on", "updated_at", "updated_by")
     list_editable = ("is_on",)
-    readonly_fields = ("updated_at", "updated_by")
+    readonly_fields = ("business_type", "updated_at", "updated_by")
+
+    def has_add_permission(self, request) -> bool:
+        return False  # SPOT and CONVERT are seeded by a migration
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
     def save_model(self, request, obj, form, change):
-        services.business_status_set(business_type=obj.business_type, is_on=obj.is_on, updated_by=request.user)
+        stored = services.business_status_set(business_type=obj.business_type, is_on=obj.is_on, updated_by=request.user)
+        obj.pk = stored.pk
 
 
 @admin.register(RateLimitBan)

@@ -46,7 +46,7 @@ def rate_limit_ban_lift(*, ban: RateLimitBan, lifted_by=None) -> RateLimitBan:
         RateLimitBan.objects.filter(ip=ban.ip, lifted_at__isnull=True, expires_at__gt=now).update(
             lifted_at=now, lifted_by=lifted_by
         )
-    ratelimit.counters().clear(ratelimit.ban_key(ban.ip))
+    ratelimit.forgive(ban.ip)
     ban.refresh_from_db()
     logger.info("Ban of %s lifted by %s", ban.ip, lifted_by)
     return ban

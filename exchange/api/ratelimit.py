@@ -134,6 +134,13 @@ def _warned_key(ip: str) -> str:
     return f"exchange/warned/{ip}"
 
 
+def forgive(ip: str) -> None:
+    """Forget an IP's ban, warning and current IP window (a lifted ban lets it in at once)."""
+    store = counters()
+    for key in (ban_key(ip), _warned_key(ip), _item("ip").key_for(ip)):
+        store.clear(key)
+
+
 def _item(counter: str) -> RateLimitItemPerMinute:
     limit = settings.IP_WEIGHT_LIMIT_PER_MINUTE if counter == "ip" else settings.UID_WEIGHT_LIMIT_PER_MINUTE
     return RateLimitItemPerMinute(limit, namespace=f"exchange-{counter}")
