@@ -98,6 +98,9 @@ class KeyringCache:
         self._lock = threading.Lock()
         self._keyrings: OrderedDict[int, Keyring] = OrderedDict()
         self._owner: dict[str, int] = {}  # api key -> user id
+        # Bumped by every eviction: a load that overlapped one may hold pre-change rows, so it is
+        # used for its own request but not cached.
+        self._generation = 0
         self._subscriber: threading.Thread | None = None
 
     def _get(self, user_id: int) -> Keyring | None:
@@ -108,8 +111,10 @@ class KeyringCache:
                 return ring
         return None
 
-    def _put(self, ring: Keyring) -> None:
+    def _put(self, ring: Keyring, generation: int) -> None:
         with self._lock:
+            if generation != self._generation:
+                return
             self._keyrings[ring.user_id] = ring
             self._keyrings.move_to_end(ring.user_id)
             for record in ring.keys:
@@ -123,9 +128,11 @@ class KeyringCache:
         self._ensure_subscriber()
         ring = self._get(user_id)
         if ring is None:
+            with self._lock:
+                generation = self._generation
             ring = _load(user_id)
             if ring is not None:
-                self._put(ring)
+                self._put(ring, generation)
         return ring
 
     def cached(self, key: str) -> bool:
@@ -154,6 +161,7 @@ class KeyringCache:
 
     def evict(self, user_id: int) -> None:
         with self._lock:
+            self._generation += 1
             ring = self._keyrings.pop(user_id, None)
             if ring is not None:
                 for record in ring.keys:
@@ -161,6 +169,7 @@ class KeyringCache:
 
     def clear(self) -> None:
         with self._lock:
+            self._generation += 1
             self._keyrings.clear()
             self._owner.clear()
 

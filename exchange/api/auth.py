@@ -39,6 +39,7 @@ _API_KEY_META = "HTTP_X_SERVICE_APIKEY"
 _SIGNATURE_META = "HTTP_X_SERVICE_SIGNATURE"
 _TIMESTAMP_META = "HTTP_X_SERVICE_TIMESTAMP"
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_API_KEY_FORMAT = re.compile(r"[A-Za-z0-9]{1,64}")
 FUTURE_TOLERANCE_MS = 1000
 
 
@@ -90,9 +91,34 @@ def _decoded_variants(text: str, parsed: list[tuple[str, str]]) -> list[str]:
     return variants
 
 
-def signature_candidates(query: str, body: str, query_pairs, body_pairs) -> list[str]:
-    """totalParams as sent, then the decoded forms the official clients sign."""
+def _whole_pair(segment: str) -> bool:
+    key, sep, _ = segment.partition("=")
+    return bool(sep) and bool(key)
+
+
+def boundary_is_unambiguous(query: str, body: str) -> bool:
+    """totalParams joins query and body with nothing between them, so a captured body
+    `amount=10&...` could be resent as query `amount=1` plus body `0&...`: the same signed text,
+    another amount. When both parts are present, each must meet the other at a whole `key=value`
+    pair (or an `&`), which every honest client does."""
+    if not query or not body:
+        return True
+    last = query.rsplit("&", 1)[-1]
+    first = body.split("&", 1)[0]
+    return (last == "" or _whole_pair(last)) and (first == "" or _whole_pair(first))
+
+
+def signature_candidates(query: str, body: str, query_pairs, body_pairs, header_timestamp: str = "") -> list[str]:
+    """totalParams as sent, then the decoded forms the official clients sign. A timestamp sent only
+    in the X-SERVICE-TIMESTAMP header must be signed too, as if it ended the query string;
+    otherwise a captured request could be replayed forever with a fresh header."""
     query, body = strip_signature(query), strip_signature(body)
+    if not boundary_is_unambiguous(query, body):
+        return []
+    if header_timestamp:
+        suffix = f"timestamp={header_timestamp}"
+        query = f"{query}&{suffix}" if query and not query.endswith("&") else query + suffix
+        query_pairs = [*query_pairs, ("timestamp", header_timestamp)]
     candidates = [query + body]
     parsed_query = [(k, v) for k, v in query_pairs if k != "signature"]
     parsed_body = [(k, v) for k, v in body_pairs if k != "signature"]
@@ -140,6 +166,7 @@ def ip_allowed(ip: str, entries: list[str]) -> bool:
         address = ipaddress.ip_address(ip)
     except ValueError:
         return False
+    address = getattr(address, "ipv4_mapped", None) or address
     for entry in entries:
         try:
             if address in ipaddress.ip_network(entry, strict=False):
@@ -178,18 +205,19 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
     key_text = raw.meta.get(_API_KEY_META, "").strip()
     if not key_text:
         raise Unauthorized()
-    found = keyrings.lookup(key_text) if len(key_text) <= 64 else None
+    found = keyrings.lookup(key_text) if _API_KEY_FORMAT.fullmatch(key_text) else None
     if found is None:
         raise ApiKeyNotExist()
     keyring, api_key = found
 
     if endpoint.security.signed:
-        timestamp_text = raw.params.get("timestamp") or raw.meta.get(_TIMESTAMP_META, "").strip()
+        header_timestamp = "" if raw.params.get("timestamp") else raw.meta.get(_TIMESTAMP_META, "").strip()
+        timestamp_text = raw.params.get("timestamp") or header_timestamp
         timestamp = TIMESTAMP.parse(timestamp_text) if timestamp_text else TIMESTAMP.parse_missing()
         recv_text = raw.params.get("recvWindow")
         recv_window = RECV_WINDOW.parse(recv_text) if recv_text else RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
-        candidates = signature_candidates(raw.query, raw.body, raw.query_pairs, raw.body_pairs)
+        candidates = signature_candidates(raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp)
         verify_signature(decrypt_secret(api_key.secret_ciphertext), provided, candidates)
         check_timing(timestamp, recv_window)
 

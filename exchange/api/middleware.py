@@ -21,7 +21,23 @@ def _is_trusted(address: str, networks: tuple) -> bool:
     return any(ip in network for network in networks)
 
 
+def _plain(address: str) -> str:
+    """An IPv4 client seen through an IPv6 socket (::ffff:a.b.c.d) is a.b.c.d."""
+    if address.startswith("::ffff:"):
+        try:
+            mapped = ipaddress.ip_address(address).ipv4_mapped
+        except ValueError:
+            return address
+        if mapped is not None:
+            return str(mapped)
+    return address
+
+
 def client_ip(meta: dict) -> str:
+    return _plain(_client_ip(meta))
+
+
+def _client_ip(meta: dict) -> str:
     """REMOTE_ADDR, unless it is a trusted proxy: then the right-most X-Forwarded-For hop that is
     not itself a trusted proxy (hops to its left could be forged by the client)."""
     remote = meta.get("REMOTE_ADDR") or "0.0.0.0"  # noqa: S104 - only a placeholder for a missing peer

@@ -29,13 +29,17 @@ _INT_RE = re.compile(r"-?[0-9]{1,19}")
 _DECIMAL_RE = re.compile(r"[0-9]{1,30}(\.[0-9]{1,30})?")
 
 FORM_CONTENT_TYPES = ("", "application/x-www-form-urlencoded", "text/plain")
+MAX_FIELDS = 500
 
 
 def split_pairs(text: str) -> list[tuple[str, str]]:
     """Decode `a=1&b=&c` into pairs (keeping blanks, so that callers can drop them)."""
     if not text:
         return []
-    return parse_qsl(text, keep_blank_values=True, max_num_fields=500)
+    try:
+        return parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
+    except ValueError as exc:
+        raise BadRequest(msg=f"Too many parameters (at most {MAX_FIELDS}).") from exc
 
 
 def merge_params(query: str, body: str, body_pairs: Iterable[tuple[str, str]] | None = None) -> dict[str, str]:
@@ -59,13 +63,11 @@ def body_pairs_from(content_type: str, body: bytes) -> tuple[str, list[tuple[str
         raise BadRequest(msg="Malformed request body: not UTF-8.") from exc
     media_type = content_type.split(";", 1)[0].strip().lower()
     if media_type in FORM_CONTENT_TYPES:
-        try:
-            return text, split_pairs(text)
-        except ValueError as exc:
-            raise BadRequest(msg="Malformed request body.") from exc
+        return text, split_pairs(text)
     if media_type == "application/json":
         try:
-            data = json.loads(text)
+            # Numbers stay text: an amount must never pass through float.
+            data = json.loads(text, parse_float=str, parse_int=str)
         except ValueError as exc:
             raise BadRequest(msg="Malformed JSON body.") from exc
         if not isinstance(data, dict) or any(isinstance(v, dict | list) for v in data.values()):

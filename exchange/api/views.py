@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django.core.handlers.wsgi import WSGIRequest
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.keyring import keyrings
 from exchange.api.auth import EndpointAuth, RawRequest, Security, authenticate
-from exchange.api.errors import ExchangeError, MethodNotAllowed, NotFound
+from exchange.api.errors import BadRequest, ExchangeError, MethodNotAllowed, NotFound
 from exchange.api.params import ParamSpec, body_pairs_from, merge_params, split_pairs
 from exchange.api.ratelimit import apply_weight_headers, charge
 
@@ -82,6 +83,12 @@ class GatewayApi(APIView):
     @staticmethod
     def _raw_request(http_request, ip: str) -> RawRequest:
         query = http_request.META.get("QUERY_STRING", "")
+        if isinstance(http_request, WSGIRequest) and not query.isascii():
+            # WSGI hands the query string over as Latin-1; ASGI as UTF-8. Sign and parse the UTF-8 text.
+            try:
+                query = query.encode("iso-8859-1").decode("utf-8")
+            except UnicodeError as exc:
+                raise BadRequest(msg="Malformed query string: not UTF-8.") from exc
         body_text, body_pairs = body_pairs_from(http_request.META.get("CONTENT_TYPE", ""), http_request.body)
         return RawRequest(
             meta=http_request.META,
