@@ -334,3 +334,21 @@ def test_concurrent_requests_exactly_the_limit_succeed_and_one_ban_is_created():
     assert len(bans) == 1, bans
     assert (bans[0].ip, bans[0].offence, bans[0].duration_seconds) == (IP_A, 1, 120)
     assert_418(Client().get(PING, REMOTE_ADDR=IP_A), 1, 121)
+
+
+@pytest.mark.django_db
+def test_embedded_memory_storage_limits_and_bans_like_redis(client):
+    """`make run` without REDIS_URL keeps the counters in process memory: same rules."""
+    from exchange.api import ratelimit
+    from exchange.models import RateLimitBan
+    from exchange.services import rate_limit_ban_lift
+
+    with override_settings(RATE_LIMIT_STORAGE_URL="memory://", IP_WEIGHT_LIMIT_PER_MINUTE=3):
+        ratelimit.counters().reset()
+        codes = [client.get("/openapi/v1/ping", REMOTE_ADDR="192.0.2.50").status_code for _ in range(6)]
+        assert codes == [200, 200, 200, 429, 418, 418]
+        ban = RateLimitBan.objects.get(ip="192.0.2.50")
+        assert ban.duration_seconds == 120
+        rate_limit_ban_lift(ban=ban)
+        assert client.get("/openapi/v1/ping", REMOTE_ADDR="192.0.2.50").status_code == 200
+        ratelimit.counters().reset()

@@ -1,0 +1,89 @@
+"""The gateway's API-key cache: invalidation in this process and, through Redis, in the others."""
+
+import time
+
+import pytest
+from django.test import override_settings
+
+from accounts import services
+from accounts.keyring import KeyringCache, keyrings
+from tests.conftest import SignedClient, assert_error
+
+
+def _wait_until(predicate, seconds: float = 3.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_process_cache_is_evicted_through_redis_when_a_key_is_disabled(make_user, make_key):
+    user = make_user()
+    api_key, _ = make_key(user)
+    other_process = KeyringCache()  # its own listener thread, as in another gunicorn worker
+    _, record = other_process.lookup(api_key.key)
+    assert record.is_enabled
+    assert _wait_until(lambda: other_process._subscriber is not None and other_process._subscriber.is_alive())
+    time.sleep(0.2)  # the listener subscribes (and starts clean) right after it starts
+    other_process.lookup(api_key.key)
+    assert other_process.cached(api_key.key)
+
+    services.api_key_set_status(api_key=api_key, enabled=False)  # commits; publishes the eviction
+
+    assert _wait_until(lambda: not other_process.cached(api_key.key)), "the other process kept the old key"
+    _, record = other_process.lookup(api_key.key)
+    assert not record.is_enabled
+
+
+@pytest.mark.django_db
+def test_disabling_a_key_is_refused_on_the_very_next_request(master, make_key):
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    assert client.get("/openapi/v1/api-keys").status_code == 200
+    assert keyrings.cached(api_key.key)
+    services.api_key_set_status(api_key=api_key, enabled=False)
+    assert_error(client.get("/openapi/v1/api-keys"), -2015, 401)
+
+
+@pytest.mark.django_db
+def test_a_new_key_appears_in_the_list_at_once(master, make_key):
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    assert len(client.get("/openapi/v1/api-keys").json()) == 1
+    make_key(master, name="second")
+    assert [k["apiName"] for k in client.get("/openapi/v1/api-keys").json()] == ["test", "second"]
+
+
+@pytest.mark.django_db
+def test_entries_expire_after_the_configured_seconds(master, make_key):
+    api_key, _ = make_key(master)
+    with override_settings(API_KEY_CACHE_SECONDS=0):
+        cache = KeyringCache()
+        cache.lookup(api_key.key)
+        assert not cache.cached(api_key.key)
+    cache = KeyringCache()
+    cache.lookup(api_key.key)
+    assert cache.cached(api_key.key)
+
+
+@pytest.mark.django_db
+def test_a_load_overlapping_an_eviction_is_not_cached(master, make_key, monkeypatch):
+    """A load that read the rows before a change committed must not outlive the change's eviction."""
+    api_key, _ = make_key(master)
+    cache = KeyringCache()
+    import accounts.keyring as keyring_module
+
+    real_load = keyring_module._load
+
+    def load_then_evicted(user_id):
+        ring = real_load(user_id)
+        cache.evict(user_id)  # the invalidation message arrives while the old rows are in hand
+        return ring
+
+    monkeypatch.setattr(keyring_module, "_load", load_then_evicted)
+    assert cache.lookup(api_key.key) is not None  # served for this request
+    monkeypatch.setattr(keyring_module, "_load", real_load)
+    assert not cache.cached(api_key.key)
