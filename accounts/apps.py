@@ -8,6 +8,13 @@ def _invalidate_keyring(sender, instance, **kwargs) -> None:
     keyrings.invalidate(instance.pk if sender.__name__ == "User" else instance.user_id)
 
 
+def _open_ledger_account(sender, instance, created, **kwargs) -> None:
+    if created:
+        from accounts.models import LedgerAccount
+
+        LedgerAccount.objects.get_or_create(user=instance)
+
+
 class AccountsConfig(AppConfig):
     name = "accounts"
     verbose_name = "Accounts and API keys"
@@ -17,6 +24,9 @@ class AccountsConfig(AppConfig):
 
         # Cache invalidation, not business logic: any saved change to a key or an account (admin,
         # services, shell) evicts the gateway's cached keyring of that account.
+        # Every account gets its ledger row when it is created, so postings never have to insert one
+        # while holding other accounts' locks.
+        post_save.connect(_open_ledger_account, sender=User, dispatch_uid="ledger-account-open")
         for model in (ApiKey, User):
             post_save.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-save-{model.__name__}")
             post_delete.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-delete-{model.__name__}")

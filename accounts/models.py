@@ -20,6 +20,13 @@ class UserManager(BaseUserManager):
         return self.create_user(email, password, **fields)
 
 
+class SystemRole(models.TextChoices):
+    WORLD = "world", "Outside world (chain and fiat rails)"
+    FEES = "fees", "Fees collected"
+    CONVERT_LIQUIDITY = "convert_liquidity", "Conversion liquidity"
+    EQUITY = "equity", "Operator adjustments and funding"
+
+
 class User(AbstractBaseUser, PermissionsMixin):
     """A customer account (identified by e-mail, and by phone number where it has one) or a staff
     member. A sub-account points at its master; a master has no master."""
@@ -45,6 +52,28 @@ class User(AbstractBaseUser, PermissionsMixin):
     is_active = models.BooleanField(default=True)
     is_staff = models.BooleanField(default=False, help_text="May log in to the admin.")
     date_joined = models.DateTimeField(default=timezone.now)
+    system_role = models.CharField(
+        max_length=32,
+        choices=SystemRole.choices,
+        null=True,
+        blank=True,
+        unique=True,
+        help_text="Set only for the service's own ledger accounts.",
+    )
+    # Permissions operators set; reported by GET /openapi/v1/account.
+    can_trade = models.BooleanField(default=True)
+    can_deposit = models.BooleanField(default=True)
+    can_withdraw = models.BooleanField(default=True)
+    enable_withdraw_whitelist = models.BooleanField(default=False)
+    base_token = models.CharField(max_length=16, default="PHP", help_text="The account's base token.")
+    limit_tier = models.ForeignKey(
+        "accounts.LimitTier",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="accounts",
+        help_text="Daily/monthly/annual limits; none = the default tier.",
+    )
 
     objects = UserManager()
 
@@ -108,3 +137,72 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.key[:8]}…)"
+
+
+class LimitPeriod(models.TextChoices):
+    DAILY = "daily"
+    MONTHLY = "monthly"
+    ANNUALLY = "annually"
+    P2P_DAILY = "p2pDaily"
+    P2P_MONTHLY = "p2pMonthly"
+    P2P_ANNUALLY = "p2pAnnually"
+
+
+class LimitTier(models.Model):
+    """A set of limits operators assign to accounts. Amounts are in `currency`; each asset's
+    movements are valued at its reference price (Asset.reference_price)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    currency = models.CharField(max_length=16, default="PHP")
+    is_default = models.BooleanField(default=False, help_text="Used for accounts without a tier.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True), name="one_default_tier")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TierLimit(models.Model):
+    tier = models.ForeignKey(LimitTier, on_delete=models.CASCADE, related_name="limits")
+    period = models.CharField(max_length=16, choices=LimitPeriod.choices)
+    cash_in_limit = models.DecimalField(max_digits=36, decimal_places=18)
+    cash_out_limit = models.DecimalField(max_digits=36, decimal_places=18)
+    total_withdraw_limit = models.DecimalField(max_digits=36, decimal_places=18)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tier", "period"], name="one_limit_per_tier_period")]
+
+    def __str__(self) -> str:
+        return f"{self.tier} {self.period}"
+
+
+from accounts.ledger.models import (  # noqa: E402 - the ledger's tables belong to this app
+    Asset,
+    Balance,
+    BalanceChange,
+    Entry,
+    LedgerAccount,
+    LedgerCheckRun,
+    Posting,
+)
+
+__all__ = [
+    "ApiKey",
+    "ApiKeyStatus",
+    "ApiKeyType",
+    "Asset",
+    "Balance",
+    "BalanceChange",
+    "Entry",
+    "LedgerAccount",
+    "LedgerCheckRun",
+    "LimitPeriod",
+    "LimitTier",
+    "Posting",
+    "SystemRole",
+    "TierLimit",
+    "User",
+]

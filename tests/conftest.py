@@ -13,6 +13,8 @@ from django.test import Client
 
 from accounts import services as account_services
 from accounts.keyring import keyrings
+from accounts.ledger.posting import forget_asset_ids
+from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
 
 FORM = "application/x-www-form-urlencoded"
@@ -24,6 +26,8 @@ def _fresh_rate_limits():
     """Each test starts with empty counters and no bans in the (real, Redis) limit storage."""
     ratelimit.storage().reset()
     keyrings.clear()
+    forget_asset_ids()  # the database is rolled back between tests; ids are not reused
+    forget_cached_ids()
     yield
     ratelimit.storage().reset()
 

@@ -1,0 +1,95 @@
+"""The ledger check: recompute every balance from the journal; every posting and the whole book
+must sum to zero per asset. Read-only; safe to run at any time (one REPEATABLE READ snapshot on
+PostgreSQL, so postings committed meanwhile do not show as drift)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from accounts.ledger.models import LedgerCheckRun
+from accounts.ledger.posting import _decimal
+
+
+@dataclass
+class CheckResult:
+    postings: int = 0
+    balances: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def report(self) -> str:
+        head = f"{self.postings} postings, {self.balances} balances: "
+        if self.ok:
+            return head + "OK (every balance equals its journal, every posting and the book sum to zero)"
+        return head + f"{len(self.problems)} problem(s)\n" + "\n".join(self.problems[:200])
+
+
+def ledger_check(*, record: bool = False) -> CheckResult:
+    started = timezone.now()
+    result = CheckResult()
+    own_transaction = not connection.in_atomic_block
+    with transaction.atomic():
+        cursor = connection.cursor()
+        if own_transaction and connection.vendor == "postgresql":
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute("SELECT COUNT(*) FROM accounts_posting")
+        result.postings = cursor.fetchone()[0]
+
+        cursor.execute(
+            "SELECT e.posting_id, a.code, SUM(e.side * e.amount) FROM accounts_entry e"
+            " JOIN accounts_asset a ON a.id = e.asset_id GROUP BY e.posting_id, a.code"
+            " HAVING SUM(e.side * e.amount) <> 0 ORDER BY e.posting_id"
+        )
+        for posting_id, code, total in cursor.fetchall():
+            result.problems.append(f"posting #{posting_id} does not sum to zero in {code}: {_decimal(total)}")
+
+        cursor.execute(
+            "SELECT a.code, SUM(e.side * e.amount) FROM accounts_entry e JOIN accounts_asset a ON a.id = e.asset_id"
+            " GROUP BY a.code HAVING SUM(e.side * e.amount) <> 0"
+        )
+        for code, total in cursor.fetchall():
+            result.problems.append(f"the book does not sum to zero in {code}: {_decimal(total)}")
+
+        cursor.execute(
+            "SELECT account_id, asset_id, bucket, SUM(side * amount) FROM accounts_entry"
+            " GROUP BY account_id, asset_id, bucket"
+        )
+        journal: dict[tuple[int, int], list[Decimal]] = {}
+        for account, asset, bucket, total in cursor.fetchall():
+            journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] = _decimal(total)
+
+        cursor.execute(
+            "SELECT b.account_id, b.asset_id, a.code, b.free, b.locked FROM accounts_balance b"
+            " JOIN accounts_asset a ON a.id = b.asset_id"
+        )
+        seen = set()
+        for account, asset, code, free, locked in cursor.fetchall():
+            result.balances += 1
+            seen.add((account, asset))
+            expected = journal.get((account, asset), [Decimal(0), Decimal(0)])
+            stored = [_decimal(free), _decimal(locked)]
+            if stored != expected:
+                result.problems.append(
+                    f"account {account} {code}: balance free={stored[0]} locked={stored[1]}, "
+                    f"journal free={expected[0]} locked={expected[1]}"
+                )
+        for (account, asset), expected in journal.items():
+            if (account, asset) not in seen and any(expected):
+                result.problems.append(f"account {account} asset {asset}: journal {expected} but no balance row")
+    if record:
+        LedgerCheckRun.objects.create(
+            started_at=started,
+            finished_at=timezone.now(),
+            ok=result.ok,
+            postings=result.postings,
+            balances=result.balances,
+            report=result.report(),
+        )
+    return result

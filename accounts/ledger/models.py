@@ -1,0 +1,178 @@
+"""The ledger's tables. Balances are a cache of the journal that the database keeps honest:
+non-negative (except the outside world's accounts), entries positive and append-only, every
+posting summing to zero per asset (a deferred trigger on PostgreSQL, see the migration)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+from django.db.models import Q
+
+AMOUNT_DIGITS = 36
+AMOUNT_PLACES = 18
+QUANTUM = Decimal(1).scaleb(-AMOUNT_PLACES)
+
+
+def AmountField(**kwargs) -> models.DecimalField:
+    return models.DecimalField(max_digits=AMOUNT_DIGITS, decimal_places=AMOUNT_PLACES, **kwargs)
+
+
+class BusinessType(models.TextChoices):
+    """The spec's BS values, one per posting."""
+
+    CHAIN_DEPOSIT = "CHAIN_DEPOSIT"
+    FIAT_DEPOSIT = "FIAT_DEPOSIT"
+    TRADE = "TRADE"
+    FEE = "FEE"
+    FIAT_WITHDRAWAL = "FIAT_WITHDRAWAL"
+    CHAIN_WITHDRAWAL = "CHAIN_WITHDRAWAL"
+    CONVERT = "CONVERT"
+    DISTRIBUTION = "DISTRIBUTION"
+    P2P_TRANSFER = "P2P_TRANSFER"
+    SPOT_TO_CREDIT = "SPOT_TO_CREDIT"
+    CREDIT_TO_SPOT = "CREDIT_TO_SPOT"
+    VIRTUAL_DISTRIBUTE = "VIRTUAL_DISTRIBUTE"
+    OTHERS = "OTHERS"
+
+
+class Asset(models.Model):
+    code = models.CharField(max_length=16, unique=True, help_text="e.g. BTC, USDT, PHP")
+    name = models.CharField(max_length=64)
+    transfer_precision = models.PositiveSmallIntegerField(
+        default=8, help_text="Decimal places allowed in transfers and withdrawals."
+    )
+    transfer_min_quantity = AmountField(default=Decimal(0), help_text="Smallest transfer amount.")
+    is_fiat = models.BooleanField(default=False)
+    reference_price = AmountField(
+        default=Decimal(0),
+        help_text="Price of one unit in the limits currency (the account tier's), for daily/monthly/annual limits.",
+    )
+
+    class Meta:
+        ordering = ["code"]
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class LedgerAccount(models.Model):
+    """Per-account ledger state: the row every posting locks first (in id order), and the sequence
+    of its change-feed rows."""
+
+    user = models.OneToOneField("accounts.User", primary_key=True, on_delete=models.PROTECT, related_name="ledger")
+    seq = models.BigIntegerField(default=0)
+    allow_negative = models.BooleanField(default=False, help_text="Only the outside world's system accounts.")
+
+    def __str__(self) -> str:
+        return f"ledger of {self.user_id}"
+
+
+class Balance(models.Model):
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="balances")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    free = AmountField(default=Decimal(0))
+    locked = AmountField(default=Decimal(0))
+    allow_negative = models.BooleanField(default=False)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "asset"], name="balance_one_per_account_asset"),
+            models.CheckConstraint(
+                condition=Q(locked__gte=0) & (Q(free__gte=0) | Q(allow_negative=True)), name="balance_not_negative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.asset_id}: {self.free} free, {self.locked} locked"
+
+
+class Posting(models.Model):
+    """One balanced movement of money: its entries sum to zero per asset."""
+
+    kind = models.CharField(max_length=24, choices=BusinessType.choices)
+    reference = models.CharField(
+        max_length=120, unique=True, help_text="Business key; unique, so a retry cannot post twice."
+    )
+    memo = models.CharField(max_length=255, blank=True)
+    actor = models.ForeignKey(
+        "accounts.User",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Staff who posted it.",
+    )
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.kind} {self.reference}"
+
+
+class Bucket(models.TextChoices):
+    FREE = "F", "free"
+    LOCKED = "L", "locked"
+
+
+class Entry(models.Model):
+    posting = models.ForeignKey(Posting, on_delete=models.PROTECT, related_name="entries")
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    bucket = models.CharField(max_length=1, choices=Bucket.choices)
+    side = models.SmallIntegerField(help_text="+1 credit (balance grows), -1 debit.")
+    amount = AmountField()
+
+    class Meta:
+        verbose_name_plural = "entries"
+        indexes = [models.Index(fields=["account", "asset", "posting"], name="entry_account_asset_posting")]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="entry_amount_positive"),
+            models.CheckConstraint(condition=Q(side__in=[-1, 1]), name="entry_side_sign"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{'+' if self.side > 0 else '-'}{self.amount} {self.asset_id} {self.get_bucket_display()} @ {self.account_id}"
+
+
+class BalanceChange(models.Model):
+    """The change feed: one row per account and asset a posting changed, written in the posting's
+    transaction. streams publishes these (an event can never describe an uncommitted change)."""
+
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    posting = models.ForeignKey(Posting, on_delete=models.PROTECT, related_name="changes")
+    kind = models.CharField(max_length=24, choices=BusinessType.choices)
+    seq = models.BigIntegerField(help_text="Per-account order.")
+    delta_free = AmountField()
+    delta_locked = AmountField()
+    free_after = AmountField()
+    locked_after = AmountField()
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "seq"], name="change_seq_per_account")]
+        indexes = [
+            models.Index(fields=["id"], condition=Q(published_at__isnull=True), name="change_unpublished"),
+        ]
+
+
+class LedgerCheckRun(models.Model):
+    """A result of the ledger check (command or periodic task), for the admin."""
+
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    ok = models.BooleanField()
+    postings = models.BigIntegerField(default=0)
+    balances = models.BigIntegerField(default=0)
+    report = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"ledger check {self.started_at:%Y-%m-%d %H:%M:%S}: {'OK' if self.ok else 'DRIFT'}"
