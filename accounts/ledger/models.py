@@ -135,7 +135,8 @@ class Entry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{'+' if self.side > 0 else '-'}{self.amount} {self.asset_id} {self.get_bucket_display()} @ {self.account_id}"
+        sign = "+" if self.side > 0 else "-"
+        return f"{sign}{self.amount} {self.asset_id} {self.get_bucket_display()} @ {self.account_id}"
 
 
 class BalanceChange(models.Model):
@@ -159,6 +160,9 @@ class BalanceChange(models.Model):
         indexes = [
             models.Index(fields=["id"], condition=Q(published_at__isnull=True), name="change_unpublished"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.asset_id} #{self.seq}: free {self.free_after}, locked {self.locked_after}"
 
 
 class LedgerCheckRun(models.Model):

@@ -186,7 +186,7 @@ def post(
 
         where = " OR ".join(["(account_id = %s AND asset_id = %s)"] * len(pairs))
         cursor.execute(
-            f"SELECT account_id, asset_id, free, locked FROM accounts_balance WHERE {where}",  # noqa: S608
+            f"SELECT account_id, asset_id, free, locked FROM accounts_balance WHERE {where}",
             [v for account, asset, _ in pairs for v in (account, asset)],
         )
         current = {(row[0], row[1]): (_decimal(row[2]), _decimal(row[3])) for row in cursor.fetchall()}
@@ -259,7 +259,7 @@ def post(
 
 def _lock_accounts(cursor, account_ids: list[int], vendor_lock: str) -> dict[int, tuple[int, bool]]:
     cursor.execute(
-        "SELECT user_id, seq, allow_negative FROM accounts_ledgeraccount WHERE user_id IN ("  # noqa: S608
+        "SELECT user_id, seq, allow_negative FROM accounts_ledgeraccount WHERE user_id IN ("
         + ", ".join(["%s"] * len(account_ids))
         + ") ORDER BY user_id"
         + vendor_lock,
