@@ -51,9 +51,23 @@ class UserAdmin(DjangoUserAdmin):
     list_filter = ("is_active", "is_staff", "is_frozen", "is_virtual")
     search_fields = ("email", "phone")
     raw_id_fields = ("master",)
+    readonly_fields = ("system_role",)
     fieldsets = (
         (None, {"fields": ("email", "phone", "password")}),
-        ("Account", {"fields": ("master", "is_virtual", "is_frozen", "is_active")}),
+        ("Account", {"fields": ("master", "is_virtual", "is_frozen", "is_active", "system_role")}),
+        (
+            "Permissions and limits",
+            {
+                "fields": (
+                    "can_trade",
+                    "can_deposit",
+                    "can_withdraw",
+                    "enable_withdraw_whitelist",
+                    "base_token",
+                    "limit_tier",
+                )
+            },
+        ),
         ("Staff", {"fields": ("is_staff", "is_superuser", "groups", "user_permissions")}),
         ("Dates", {"fields": ("last_login", "date_joined")}),
     )
@@ -163,3 +177,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for key in queryset:
             services.api_key_set_status(api_key=key, enabled=False)
         self.message_user(request, "Keys disabled.", messages.SUCCESS)
+
+
+from accounts.ledger import admin as ledger_admin  # noqa: E402,F401 - registers the ledger's admin pages

@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
 from rest_framework.response import Response
 
-from accounts.selectors import api_key_list
+from accounts import selectors
+from accounts.models import Asset, User
 from exchange.api.auth import Security
+from exchange.api.errors import InvalidParameter, NoPermission
+from exchange.api.params import Param, ParamSpec
 from exchange.api.views import GatewayApi
+
+HISTORY_SPAN = timedelta(days=7)
 
 
 class ApiKeyListApi(GatewayApi):
@@ -25,4 +33,140 @@ class ApiKeyListApi(GatewayApi):
     ]
 
     def get(self, request):
-        return Response(api_key_list(user=self.account))
+        return Response(selectors.api_key_list(user=self.account))
+
+
+_LIMIT_EXAMPLE = {
+    "cashInLimit": "500000.00",
+    "cashInRemaining": "499000.00",
+    "cashOutLimit": "500000.00",
+    "cashOutRemaining": "500000.00",
+    "totalWithdrawLimit": "500000.00",
+    "totalWithdrawRemaining": "500000.00",
+}
+
+
+class AccountInfoApi(GatewayApi):
+    """Permissions, balances of every asset, base token and the daily/monthly/annual limits."""
+
+    security = Security.USER_DATA
+    ip_weight = 10
+    uid_weight = 10
+    response_example = {
+        "canTrade": True,
+        "canDeposit": True,
+        "canWithdraw": True,
+        "accountType": "SPOT",
+        "updateTime": 1764000000000,
+        "balances": [{"asset": "BTC", "free": "1.50000000", "locked": "0.00000000"}],
+        "token": "PHP",
+        "email": "user@example.com",
+        "enableWithdrawWhitelist": False,
+        "daily": _LIMIT_EXAMPLE,
+        "monthly": _LIMIT_EXAMPLE,
+        "annually": _LIMIT_EXAMPLE,
+        "p2pDaily": None,
+        "p2pMonthly": None,
+        "p2pAnnually": None,
+    }
+
+    def get(self, request):
+        return Response(selectors.account_info(user=self.account))
+
+
+class CryptoAccountListApi(GatewayApi):
+    """Balance per currency: `balance` is the free amount, `pending_balance` the locked one."""
+
+    security = Security.USER_DATA
+    ip_weight = 1
+    uid_weight = 1
+    recv_window_required = True
+    params_spec = ParamSpec((Param("currency", max_length=16, description="One currency, e.g. BTC."),))
+    response_example = {
+        "crypto-accounts": [
+            {
+                "id": "17-BTC",
+                "name": "Bitcoin",
+                "currency": "BTC",
+                "balance": "1.50000000",
+                "pending_balance": "0.00000000",
+            }
+        ]
+    }
+
+    def get(self, request):
+        currency = self.params["currency"]
+        if currency is not None and not Asset.objects.filter(code=currency).exists():
+            raise InvalidParameter("currency")
+        return Response({"crypto-accounts": selectors.crypto_accounts(user=self.account, currency=currency)})
+
+
+class TransactionHistoryApi(GatewayApi):
+    """Postings that changed the account's balance of one token, oldest first. At most 7 days:
+    only startTime gives the 7 days after it, only endTime the 7 days before it, neither the last 7."""
+
+    security = Security.USER_DATA
+    ip_weight = 0
+    uid_weight = 20
+    params_spec = ParamSpec(
+        (
+            Param("tokenId", required=True, max_length=16, description="Asset code, e.g. BTC."),
+            Param("startTime", "LONG", min=0, description="ms"),
+            Param("endTime", "LONG", min=0, description="ms"),
+            Param("subUserId", "LONG", min=1, description="A sub-account of the caller (masters only)."),
+            Param("pageNum", "INT", default=1, min=1, max=1000),
+            Param("pageSize", "INT", default=20, min=1, max=100),
+        )
+    )
+    response_example = {
+        "transactions": [
+            {
+                "txId": "1029",
+                "bizSubject": "CHAIN_DEPOSIT",
+                "status": "SUCCESS",
+                "changed": "0.50000000",
+                "tokenId": "BTC",
+                "time": "1764000000000",
+            }
+        ],
+        "meta": {"has_next": False},
+    }
+
+    def get(self, request):
+        params = self.params
+        asset = Asset.objects.filter(code=params["tokenId"]).first()
+        if asset is None:
+            raise InvalidParameter("tokenId")
+        start, end = _history_window(params["startTime"], params["endTime"])
+        user = self.account
+        if params["subUserId"] is not None:
+            user = User.objects.filter(pk=params["subUserId"], master_id=self.account.pk).first()
+            if user is None:
+                raise NoPermission(msg="subUserId is not a sub-account of this account.")
+        return Response(
+            selectors.transaction_history(
+                user=user, asset=asset, start=start, end=end, page=params["pageNum"], size=params["pageSize"]
+            )
+        )
+
+
+def _from_ms(ms: int) -> datetime:
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidParameter("startTime/endTime") from exc
+
+
+def _history_window(start_ms: int | None, end_ms: int | None) -> tuple[datetime, datetime]:
+    if start_ms is not None and end_ms is not None:
+        start, end = _from_ms(start_ms), _from_ms(end_ms)
+        if end < start:
+            raise InvalidParameter(msg="Parameter 'endTime' must not be before 'startTime'.")
+        if end - start > HISTORY_SPAN:
+            raise InvalidParameter(msg="The span between startTime and endTime must not exceed 7 days.")
+        return start, end
+    if start_ms is not None:
+        start = _from_ms(start_ms)
+        return start, start + HISTORY_SPAN
+    end = _from_ms(end_ms) if end_ms is not None else timezone.now()
+    return end - HISTORY_SPAN, end

@@ -1,7 +1,14 @@
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
+
+from django.db.models import F, Max, Sum
+
 from accounts.keyring import keyrings
-from accounts.models import User
+from accounts.limits import limit_blocks
+from accounts.models import Asset, Balance, Entry, User
+from exchange.api import formatting as fmt
 
 
 def api_key_list(*, user: User) -> list[dict]:
@@ -27,3 +34,102 @@ def user_get_by_address(*, address: str) -> User | None:
     if "@" in address:
         return User.objects.filter(email=address.lower()).first()
     return User.objects.filter(phone=address).first()
+
+
+# --- balances, account information, history ---------------------------------------------------
+
+ACCOUNT_TYPE = "SPOT"
+
+
+def _limit_block_json(block) -> dict | None:
+    if block is None:
+        return None
+    return {
+        "cashInLimit": fmt.amount(block.cash_in_limit, 2),
+        "cashInRemaining": fmt.amount(block.cash_in_remaining, 2),
+        "cashOutLimit": fmt.amount(block.cash_out_limit, 2),
+        "cashOutRemaining": fmt.amount(block.cash_out_remaining, 2),
+        "totalWithdrawLimit": fmt.amount(block.total_withdraw_limit, 2),
+        "totalWithdrawRemaining": fmt.amount(block.total_withdraw_remaining, 2),
+    }
+
+
+def balance_rows(*, user: User) -> list[tuple[Asset, Decimal, Decimal]]:
+    """Every asset with the account's free and locked (zero where it has none)."""
+    held = {b.asset_id: b for b in Balance.objects.filter(account=user)}
+    rows = []
+    for asset in Asset.objects.order_by("code"):
+        balance = held.get(asset.id)
+        rows.append((asset, balance.free if balance else Decimal(0), balance.locked if balance else Decimal(0)))
+    return rows
+
+
+def account_info(*, user: User) -> dict:
+    blocks = limit_blocks(user)
+    last_change = Balance.objects.filter(account=user).aggregate(latest=Max("updated_at"))["latest"]
+    return {
+        "canTrade": user.can_trade,
+        "canDeposit": user.can_deposit,
+        "canWithdraw": user.can_withdraw,
+        "accountType": ACCOUNT_TYPE,
+        "updateTime": fmt.millis(last_change or user.date_joined),
+        "balances": [
+            {
+                "asset": asset.code,
+                "free": fmt.amount(free, asset.transfer_precision),
+                "locked": fmt.amount(locked, asset.transfer_precision),
+            }
+            for asset, free, locked in balance_rows(user=user)
+        ],
+        "token": user.base_token,
+        "email": user.email,
+        "enableWithdrawWhitelist": user.enable_withdraw_whitelist,
+        **{period: _limit_block_json(block) for period, block in blocks.items()},
+    }
+
+
+def crypto_accounts(*, user: User, currency: str | None = None) -> list[dict]:
+    return [
+        {
+            "id": f"{user.pk}-{asset.code}",
+            "name": asset.name,
+            "currency": asset.code,
+            "balance": fmt.amount(free, asset.transfer_precision),
+            "pending_balance": fmt.amount(locked, asset.transfer_precision),
+        }
+        for asset, free, locked in balance_rows(user=user)
+        if currency is None or asset.code == currency
+    ]
+
+
+def transaction_history(*, user: User, asset: Asset, start: datetime, end: datetime, page: int, size: int) -> dict:
+    """The account's postings in `asset` within [start, end], oldest first, with their signed net
+    change (a hold from free to locked changes nothing and is not listed)."""
+    offset = (page - 1) * size
+    rows = list(
+        Entry.objects.filter(account=user, asset=asset, posting__created_at__gte=start, posting__created_at__lte=end)
+        .values("posting_id", "posting__kind", "posting__created_at")
+        .annotate(changed=Sum(F("side") * F("amount")))
+        .exclude(changed=0)
+        .order_by("posting_id")[offset : offset + size + 1]
+    )
+    has_next = len(rows) > size
+    meta: dict = {"has_next": has_next}
+    if has_next:
+        meta["next_page"] = page + 1
+    if page > 1:
+        meta["previous_page"] = page - 1
+    return {
+        "transactions": [
+            {
+                "txId": str(row["posting_id"]),
+                "bizSubject": row["posting__kind"],
+                "status": "SUCCESS",
+                "changed": fmt.amount(row["changed"], asset.transfer_precision),
+                "tokenId": asset.code,
+                "time": str(fmt.millis(row["posting__created_at"])),
+            }
+            for row in rows[:size]
+        ],
+        "meta": meta,
+    }

@@ -14,8 +14,23 @@ OUR_APPS = ("exchange", "accounts", "wallet", "convert", "subaccounts", "streams
 ROLES: dict[str, dict[str, list[str]]] = {
     "Operations": {
         "view": ["*"],
-        "change": ["exchange.businessstatus", "exchange.ratelimitban", "accounts.apikey", "accounts.user"],
-        "add": ["accounts.apikey", "accounts.user"],
+        "change": [
+            "exchange.businessstatus",
+            "exchange.ratelimitban",
+            "accounts.apikey",
+            "accounts.user",
+            "accounts.asset",
+            "accounts.limittier",
+            "accounts.tierlimit",
+        ],
+        "add": [
+            "accounts.apikey",
+            "accounts.user",
+            "accounts.manualadjustment",
+            "accounts.asset",
+            "accounts.limittier",
+            "accounts.tierlimit",
+        ],
     },
     "Support (read-only)": {"view": ["*"]},
 }

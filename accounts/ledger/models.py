@@ -180,3 +180,22 @@ class LedgerCheckRun(models.Model):
 
     def __str__(self) -> str:
         return f"ledger check {self.started_at:%Y-%m-%d %H:%M:%S}: {'OK' if self.ok else 'DRIFT'}"
+
+
+class ManualAdjustment(models.Model):
+    """An operator's correction: a balanced posting between an account and the equity account,
+    with the reason and the operator recorded. Made only through ledger.services.adjustment_create."""
+
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    amount = AmountField(help_text="Positive credits the account, negative debits it.")
+    reason = models.CharField(max_length=255)
+    created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    posting = models.OneToOneField(Posting, on_delete=models.PROTECT, related_name="adjustment")
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.amount} {self.asset} to {self.account} ({self.reason})"

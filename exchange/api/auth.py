@@ -26,6 +26,7 @@ from exchange.api.errors import (
     BindIpWhiteListFirst,
     InvalidSignature,
     IpNotInWhitelist,
+    MissingParameter,
     TimestampOutOfWindow,
     Unauthorized,
     UnsupportedOperation,
@@ -182,6 +183,7 @@ class EndpointAuth:
     key_type: str | None  # the functional key type the endpoint needs, if any
     writes: bool  # a read-only key is refused (-1020)
     ip_whitelist_required: bool  # the key must be IP-restricted (-1023)
+    recv_window_required: bool = False  # a few endpoints make recvWindow mandatory (-1105)
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,12 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
         timestamp_text = raw.params.get("timestamp") or header_timestamp
         timestamp = TIMESTAMP.parse(timestamp_text) if timestamp_text else TIMESTAMP.parse_missing()
         recv_text = raw.params.get("recvWindow")
-        recv_window = RECV_WINDOW.parse(recv_text) if recv_text else RECV_WINDOW.default
+        if recv_text:
+            recv_window = RECV_WINDOW.parse(recv_text)
+        elif endpoint.recv_window_required:
+            raise MissingParameter("recvWindow")
+        else:
+            recv_window = RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
         candidates = signature_candidates(raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp)
         verify_signature(decrypt_secret(api_key.secret_ciphertext), provided, candidates)

@@ -32,6 +32,7 @@ class GatewayApi(APIView):
     uid_weight: ClassVar[int] = 0
     key_type: ClassVar[str | None] = None
     ip_whitelist_required: ClassVar[bool] = False
+    recv_window_required: ClassVar[bool] = False
     # One ParamSpec for every method, or one per method ("GET", "POST", ...).
     params_spec: ClassVar[ParamSpec | dict[str, ParamSpec]] = ParamSpec()
     # For the OpenAPI document: a short description of the response and an example of it.
@@ -106,6 +107,7 @@ class GatewayApi(APIView):
             key_type=self.key_type,
             writes=method not in READ_METHODS,
             ip_whitelist_required=self.ip_whitelist_required,
+            recv_window_required=self.recv_window_required,
         )
 
     def finalize_response(self, request, response, *args, **kwargs):

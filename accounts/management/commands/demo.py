@@ -1,11 +1,13 @@
 """Load the demo world (idempotent): a master with a sub-account, an unrelated peer, and a
-read-only key of the master. `--json` prints their keys for scripts and the README's examples.
+read-only key of the master; the assets BTC, ETH, USDT and PHP; every demo account funded once
+through the ledger (from the equity account). `--json` prints their keys for scripts and the README's examples.
 
 Demo keys are the one place a secret is shown again (the demo must be re-runnable); the command
 refuses to run under production settings.
 """
 
 import json
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -13,12 +15,44 @@ from django.db import transaction
 
 from accounts import services
 from accounts.crypto import decrypt_secret
-from accounts.models import ApiKey, ApiKeyType, User
+from accounts.ledger.services import funding_post
+from accounts.models import ApiKey, ApiKeyType, Asset, User
 
 DEMO_PASSWORD = "demo-password-change-me"  # noqa: S105 - demo accounts only
 MASTER = {"email": "master@demo.exchange", "phone": "+639170000001"}
 SUB = {"email": "sub1@demo.exchange", "phone": None}
 PEER = {"email": "peer@demo.exchange", "phone": "+639170000002"}
+ASSETS = [
+    # code, name, transfer precision, minimum transfer, fiat, reference price in PHP (for limits)
+    ("BTC", "Bitcoin", 8, "0.00001", False, "5000000"),
+    ("ETH", "Ethereum", 8, "0.0001", False, "200000"),
+    ("USDT", "Tether USD", 6, "0.01", False, "58"),
+    ("PHP", "Philippine peso", 2, "1", True, "1"),
+]
+FUNDING = {
+    "master": {"BTC": "10", "ETH": "100", "USDT": "100000", "PHP": "1000000"},
+    "sub": {"BTC": "1", "ETH": "10", "USDT": "1000", "PHP": "10000"},
+    "peer": {"BTC": "0.5", "ETH": "5", "USDT": "500", "PHP": "5000"},
+}
+
+
+def _assets() -> None:
+    for code, name, precision, minimum, fiat, price in ASSETS:
+        Asset.objects.get_or_create(
+            code=code,
+            defaults={
+                "name": name,
+                "transfer_precision": precision,
+                "transfer_min_quantity": Decimal(minimum),
+                "is_fiat": fiat,
+                "reference_price": Decimal(price),
+            },
+        )
+
+
+def _fund(role: str, user: User) -> None:
+    for code, amount in FUNDING[role].items():
+        funding_post(account=user, asset_code=code, amount=Decimal(amount), reference=f"demo:fund:{user.email}:{code}")
 
 
 def _user(email: str, phone: str | None, master: User | None = None) -> User:
@@ -53,6 +87,9 @@ class Command(BaseCommand):
             sub_key = _key(sub, "demo")
             peer_key = _key(peer, "demo")
             readonly_key = _key(master, "demo-readonly", [ApiKeyType.READ_ONLY])
+            _assets()
+            for role, user in (("master", master), ("sub", sub), ("peer", peer)):
+                _fund(role, user)
         world = {
             "master": {
                 "email": master.email,
