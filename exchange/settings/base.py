@@ -171,7 +171,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
-CELERY_BEAT_SCHEDULE: dict = {}
+CELERY_BEAT_SCHEDULE: dict = {
+    "ledger-check": {"task": "accounts.ledger_check", "schedule": env.float("LEDGER_CHECK_SECONDS", default=3600.0)},
+}
+# In the embedded default a thread of the server runs the schedule above (exchange/scheduler.py).
+EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)
 
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
