@@ -65,6 +65,9 @@ class User(AbstractBaseUser, PermissionsMixin):
     can_deposit = models.BooleanField(default=True)
     can_withdraw = models.BooleanField(default=True)
     enable_withdraw_whitelist = models.BooleanField(default=False)
+    is_whitelisted_master = models.BooleanField(
+        default=False, help_text="A master whose user data stream also carries its sub-accounts' events."
+    )
     base_token = models.CharField(max_length=16, default="PHP", help_text="The account's base token.")
     limit_tier = models.ForeignKey(
         "accounts.LimitTier",

@@ -10,9 +10,11 @@ django_asgi_app = get_asgi_application()
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from exchange.scheduler import start_embedded_scheduler  # noqa: E402
+from streams.relay import mark_server_process  # noqa: E402
 from streams.routing import websocket_urlpatterns  # noqa: E402
 
 start_embedded_scheduler()  # periodic jobs in-process when there are no Celery workers
+mark_server_process()  # this process holds the websockets: its relay publishes to them
 
 application = ProtocolTypeRouter(
     {

@@ -1,3 +1,5 @@
-"""Websocket routes. The user data stream consumer arrives with the streams issue."""
+from django.urls import path
 
-websocket_urlpatterns: list = []
+from streams.consumers import UserDataConsumer
+
+websocket_urlpatterns = [path("openapi/ws/<str:listen_key>", UserDataConsumer.as_asgi())]

@@ -33,6 +33,9 @@ class GatewayApi(APIView):
     key_type: ClassVar[str | None] = None
     ip_whitelist_required: ClassVar[bool] = False
     recv_window_required: ClassVar[bool] = False
+    # Whether a call moves or changes something (a read-only key is refused, -1020). None: every
+    # method but GET and HEAD.
+    is_write: ClassVar[bool | None] = None
     # One ParamSpec for every method, or one per method ("GET", "POST", ...).
     params_spec: ClassVar[ParamSpec | dict[str, ParamSpec]] = ParamSpec()
     # For the OpenAPI document: a short description of the response and an example of it.
@@ -105,7 +108,7 @@ class GatewayApi(APIView):
         return EndpointAuth(
             security=self.security,
             key_type=self.key_type,
-            writes=method not in READ_METHODS,
+            writes=method not in READ_METHODS if self.is_write is None else self.is_write,
             ip_whitelist_required=self.ip_whitelist_required,
             recv_window_required=self.recv_window_required,
         )

@@ -35,6 +35,17 @@ RATE_LIMIT_BAN_MIN_SECONDS = env.int("RATE_LIMIT_BAN_MIN_SECONDS", default=120)
 RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 24 * 3600)
 QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
+LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
+STREAM_MAX_STREAMS_PER_CONNECTION = 1024
+STREAM_MAX_CONNECTION_SECONDS = env.int("STREAM_MAX_CONNECTION_SECONDS", default=24 * 3600)
+# How often a connection re-checks that its listenKeys are alive (expiry closes the stream).
+STREAM_KEY_CHECK_SECONDS = env.float("STREAM_KEY_CHECK_SECONDS", default=5.0)
+# The relay's sweeper: how often it looks for change-feed rows nobody published, and how old they
+# must be (the committing process publishes its own at once; this catches crashes and, in the
+# embedded default, postings made by other processes).
+STREAM_SWEEP_SECONDS = env.float("STREAM_SWEEP_SECONDS", default=0.25)
+STREAM_SWEEP_GRACE_SECONDS = env.float("STREAM_SWEEP_GRACE_SECONDS", default=0.2)
+STREAM_SWEEPER_ENABLED = env.bool("STREAM_SWEEPER_ENABLED", default=True)
 # How long a process may use its cached copy of an account's API keys when the Redis invalidation
 # message is lost (accounts/keyring.py); changes made through the ORM evict at once.
 API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)

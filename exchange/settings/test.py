@@ -16,3 +16,4 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 EMBEDDED_SCHEDULER = False
+STREAM_SWEEPER_ENABLED = False  # tests that need it start it themselves

@@ -1,0 +1,188 @@
+"""The user data stream: /openapi/ws/<listenKey>.
+
+A connection starts with one listenKey and may add more (up to 1024 streams) with
+`{"method": "SUBSCRIBE", "params": [...], "id": n}` and remove them with UNSUBSCRIBE; each request
+is answered `{"result": null, "id": n}` or `{"error": {"code", "msg"}, "id": n}`. The connection
+closes when its first key expires or is closed, and after 24 hours; a further key that dies is
+dropped from the connection. Daphne pings idle clients and drops those that do not answer
+(--ping-interval / --ping-timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+
+from accounts.models import User
+from streams import relay
+from streams.events import build_events
+from streams.services import key_group
+from streams.store import store
+
+logger = logging.getLogger(__name__)
+
+CLOSE_KEY_DEAD = 4001
+CLOSE_MAX_AGE = 4002
+ERR_INVALID_REQUEST = -1010
+ERR_TOO_MANY_STREAMS = -1015
+ERR_LISTEN_KEY = -1125
+
+
+@database_sync_to_async
+def _owner(key: str) -> int | None:
+    return store().owner(key)
+
+
+@database_sync_to_async
+def _stream_accounts(account_id: int) -> dict[int, int]:
+    """The accounts whose events a key of `account_id` carries (itself, and its sub-accounts when it
+    is a whitelisted master), with their current sequence: events up to it are history."""
+    accounts = [account_id]
+    if User.objects.filter(pk=account_id, is_whitelisted_master=True).exists():
+        accounts += list(User.objects.filter(master_id=account_id).values_list("pk", flat=True))
+    seqs = relay.current_seqs(accounts)
+    return {account: seqs.get(account, 0) for account in accounts}
+
+
+class UserDataConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
+        self.keys: dict[str, int] = {}  # listenKey -> account
+        self.last_seq: dict[int, int] = {}  # account whose events we pass on -> last sequence sent
+        self.tasks: list[asyncio.Task] = []
+        self.lock = asyncio.Lock()
+        account = await _owner(self.primary)
+        if account is None:
+            await self.close(code=CLOSE_KEY_DEAD)
+            return
+        await self._add_key(self.primary, account)
+        await self.accept()
+        relay.ensure_sweeper()
+        self.tasks = [asyncio.create_task(self._watch_keys()), asyncio.create_task(self._max_age())]
+
+    async def disconnect(self, code) -> None:
+        for task in getattr(self, "tasks", []):
+            task.cancel()
+        for key in list(getattr(self, "keys", {})):
+            await self._drop_key(key)
+
+    # --- streams -----------------------------------------------------------------------------
+
+    def _account_refs(self, account: int) -> int:
+        return sum(1 for owner in self.keys.values() if owner == account)
+
+    async def _add_key(self, key: str, account: int) -> None:
+        first_of_account = self._account_refs(account) == 0
+        self.keys[key] = account
+        await self.channel_layer.group_add(key_group(key), self.channel_name)
+        if first_of_account:
+            await self.channel_layer.group_add(relay.account_group(account), self.channel_name)
+            for watched, seq in (await _stream_accounts(account)).items():
+                self.last_seq.setdefault(watched, seq)
+
+    async def _drop_key(self, key: str) -> None:
+        account = self.keys.pop(key, None)
+        if account is None:
+            return
+        await self.channel_layer.group_discard(key_group(key), self.channel_name)
+        if self._account_refs(account) == 0:
+            await self.channel_layer.group_discard(relay.account_group(account), self.channel_name)
+
+    async def receive_json(self, content, **kwargs) -> None:
+        request_id = content.get("id") if isinstance(content, dict) else None
+        method = content.get("method") if isinstance(content, dict) else None
+        params = content.get("params") if isinstance(content, dict) else None
+        if (
+            method not in ("SUBSCRIBE", "UNSUBSCRIBE")
+            or not isinstance(params, list)
+            or not all(isinstance(p, str) for p in params)
+        ):
+            await self._error(
+                request_id,
+                ERR_INVALID_REQUEST,
+                "Invalid request: expected SUBSCRIBE or UNSUBSCRIBE with a list of listenKeys in params.",
+            )
+            return
+        if method == "UNSUBSCRIBE":
+            for key in params:
+                if key != self.primary:
+                    await self._drop_key(key)
+            await self.send_json({"result": None, "id": request_id})
+            return
+        new = [key for key in dict.fromkeys(params) if key not in self.keys]
+        if len(self.keys) + len(new) > settings.STREAM_MAX_STREAMS_PER_CONNECTION:
+            await self._error(
+                request_id,
+                ERR_TOO_MANY_STREAMS,
+                f"A connection listens to at most {settings.STREAM_MAX_STREAMS_PER_CONNECTION} streams.",
+            )
+            return
+        owners = [(key, await _owner(key)) for key in new]
+        dead = [key for key, owner in owners if owner is None]
+        if dead:
+            await self._error(request_id, ERR_LISTEN_KEY, f"This listenKey does not exist: {dead[0]}")
+            return
+        for key, owner in owners:
+            await self._add_key(key, owner)
+        await self.send_json({"result": None, "id": request_id})
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        try:
+            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        except ValueError:  # not JSON
+            await self._error(None, ERR_INVALID_REQUEST, "Invalid request: not JSON.")
+
+    async def _error(self, request_id, code: int, msg: str) -> None:
+        await self.send_json({"error": {"code": code, "msg": msg}, "id": request_id})
+
+    # --- lifetime ------------------------------------------------------------------------------
+
+    async def _watch_keys(self) -> None:
+        while True:
+            await asyncio.sleep(settings.STREAM_KEY_CHECK_SECONDS)
+            for key in list(self.keys):
+                if await _owner(key) is None:
+                    await self._key_dead(key)
+
+    async def _max_age(self) -> None:
+        await asyncio.sleep(settings.STREAM_MAX_CONNECTION_SECONDS)
+        await self.close(code=CLOSE_MAX_AGE)
+
+    async def _key_dead(self, key: str) -> None:
+        if key == self.primary:
+            await self.close(code=CLOSE_KEY_DEAD)
+            for task in self.tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+        else:
+            await self._drop_key(key)
+
+    async def listenkey_closed(self, event) -> None:
+        await self._key_dead(event["key"])
+
+    # --- events --------------------------------------------------------------------------------
+
+    async def ledger_changes(self, message) -> None:
+        account = message["account"]
+        own_accounts = set(self.keys.values())
+        email = None if account in own_accounts else message["email"]
+        async with self.lock:  # one message at a time, so the sequence check holds
+            rows = message["rows"]
+            last = self.last_seq.get(account)
+            if last is None:  # a sub-account created after we connected
+                last = rows[0]["seq"] - 1
+            if rows and rows[0]["seq"] > last + 1:
+                gap = await database_sync_to_async(relay.rows_between)(account, last + 1, rows[0]["seq"] - 1)
+                rows = gap + rows
+            fresh = [row for row in rows if row["seq"] > last]
+            if not fresh:
+                return
+            self.last_seq[account] = fresh[-1]["seq"]
+            for event in build_events(fresh, email=email):
+                with contextlib.suppress(Exception):
+                    await self.send_json(event)
