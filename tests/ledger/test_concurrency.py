@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from decimal import Decimal
@@ -39,7 +40,7 @@ def run_threads(count: int, work: Callable[[int], None], timeout: float = 120) -
         try:
             barrier.wait()
             work(index)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - reported to the test, which fails on any
             escaped.append(exc)
         finally:
             connection.close()
@@ -140,7 +141,7 @@ def test_random_postings_from_16_threads_keep_the_book_exact(make_user, assets):
             except InsufficientBalance:
                 with tally:
                     refused[shape] += 1
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - collected; the test asserts there are none
                 with tally:
                     unexpected.append(exc)
             else:
@@ -200,7 +201,7 @@ def test_hot_account_500_concurrent_debits_of_1_with_250_funded(make_user, asset
             except InsufficientBalance:
                 with lock:
                     outcomes["refused"] += 1
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - collected; the test asserts there are none
                 with lock:
                     unexpected.append(exc)
             else:
@@ -236,7 +237,7 @@ def test_same_reference_posted_by_20_threads_moves_money_once(make_user, assets)
         except IntegrityError:
             with lock:
                 outcomes["duplicate"] += 1
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - collected; the test asserts there are none
             with lock:
                 unexpected.append(exc)
         else:
@@ -266,6 +267,9 @@ def test_first_postings_of_new_accounts_concurrently_never_deadlock(make_user, a
     for source in sources:
         fund(source, "BTC", Decimal(1000), f"fund:{source}")
     fresh = [make_user().id for _ in range(300)]
+    # Accounts get their ledger row when created (accounts/apps.py); post() still creates missing
+    # ones (users bulk-created or older than the ledger), which is the path exercised here.
+    LedgerAccount.objects.filter(user_id__in=fresh).delete()
     lock = threading.Lock()
     outcomes = Counter()
     unexpected: list[BaseException] = []
@@ -282,7 +286,7 @@ def test_first_postings_of_new_accounts_concurrently_never_deadlock(make_user, a
             ]
             try:
                 ledger.post(legs=legs, kind="DISTRIBUTION", reference=f"new:{index}:{n}")
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - collected; the test asserts there are none
                 with lock:
                     unexpected.append(exc)
             else:
@@ -299,3 +303,81 @@ def test_first_postings_of_new_accounts_concurrently_never_deadlock(make_user, a
     check = ledger_check()
     assert check.ok, check.report()
     assert_change_feed_consistent(fresh)
+
+
+def test_ledger_rows_created_concurrently_by_first_postings_do_not_deadlock(make_user, assets, monkeypatch):
+    """A deterministic interleaving of three first postings. post() locks the ledger rows that
+    exist, then inserts the missing ones and locks again. So T1 can hold C (locked on its first
+    pass, created meanwhile by T3) while waiting for A, which T2 inserted and has not committed,
+    while T2 waits to lock C: a lock-order inversion, i.e. a deadlock (PostgreSQL kills one)."""
+    from accounts.ledger import posting
+
+    s1, s2, s3 = (make_user().id for _ in range(3))
+    for source in (s1, s2, s3):
+        fund(source, "BTC", Decimal(10), f"fund:{source}")
+    a, c = make_user().id, make_user().id
+    LedgerAccount.objects.filter(user_id__in=[a, c]).delete()  # as for users bulk-created: no ledger rows yet
+    real_lock = posting._lock_accounts
+    calls = Counter()
+    t2_first_lock_done, t3_committed, t2_inserted, t2_go = (threading.Event() for _ in range(4))
+
+    def lock_accounts(cursor, account_ids, vendor_lock):
+        name = threading.current_thread().name
+        calls[name] += 1
+        if name == "T2" and calls[name] == 2:  # after inserting the missing rows, before locking again
+            t2_inserted.set()
+            t2_go.wait(5)
+        found = real_lock(cursor, account_ids, vendor_lock)
+        if name == "T2" and calls[name] == 1:
+            t2_first_lock_done.set()
+            t3_committed.wait(5)
+        return found
+
+    monkeypatch.setattr(posting, "_lock_accounts", lock_accounts)
+    errors: dict[str, BaseException] = {}
+
+    def post_in_thread(name: str, legs: list) -> threading.Thread:
+        def run() -> None:
+            try:
+                ledger.post(legs=legs, kind="DISTRIBUTION", reference=f"first:{name}")
+            except Exception as exc:  # noqa: BLE001 - collected; the test asserts there are none
+                errors[name] = exc
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run, name=name)
+        thread.start()
+        return thread
+
+    split = [ledger.Leg(a, "BTC", Decimal(1)), ledger.Leg(c, "BTC", Decimal(1))]
+    t2 = post_in_thread("T2", [ledger.Leg(s2, "BTC", Decimal(-2)), *split])
+    assert t2_first_lock_done.wait(10)
+    post_in_thread("T3", ledger.move(s3, c, "BTC", Decimal(1))).join(10)  # creates C's ledger row
+    t3_committed.set()
+    t2_inserted.wait(10)  # T2 holds its uncommitted row for A
+    t1 = post_in_thread("T1", [ledger.Leg(s1, "BTC", Decimal(-2)), *split])
+    _wait_for_lock_waiters(1)  # T1 locked C, now waits for A
+    t2_go.set()
+    t1.join(30)
+    t2.join(30)
+
+    assert not t1.is_alive()
+    assert not t2.is_alive()
+    assert not errors, f"first postings failed: { {name: repr(exc) for name, exc in errors.items()} }"
+    assert balance(a, "BTC") == (Decimal(2), Decimal(0))
+    assert balance(c, "BTC") == (Decimal(3), Decimal(0))
+    check = ledger_check()
+    assert check.ok, check.report()
+
+
+def _wait_for_lock_waiters(count: int, seconds: float = 5) -> None:
+    """Until `count` other sessions wait for a lock (or the time is up)."""
+    deadline = time.monotonic() + seconds
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if cursor.fetchone()[0] >= count:
+                return
+            time.sleep(0.02)
