@@ -34,7 +34,7 @@ run: $(RUN_STAMP)
 		PORT=$(PORT) exec $(VENV)/bin/honcho -f Procfile start; \
 	else \
 		echo "Embedded on 127.0.0.1:$(PORT): SQLite (var/), in-memory channel layer, tasks in-process"; \
-		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) exchange.asgi:application; \
+		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) --ping-interval 20 --ping-timeout 30 exchange.asgi:application; \
 	fi
 
 ## make services: install (Debian packages) and start PostgreSQL and Redis for tests and benchmarks.
