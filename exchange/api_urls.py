@@ -13,6 +13,7 @@ urlpatterns = [
     path("v1/user/ip", UserIpApi.as_view(), name="user-ip"),
     path("", include("accounts.urls")),
     path("", include("streams.urls")),
+    path("", include("wallet.urls")),
     path("schema", SpectacularAPIView.as_view(), name="openapi-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     re_path(r"^.*$", NotFoundApi.as_view(), name="not-found"),

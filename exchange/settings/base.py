@@ -5,6 +5,7 @@ channel layer, Celery tasks executed eagerly in-process. With DATABASE_URL and R
 on PostgreSQL and Redis with real Celery workers.
 """
 
+from decimal import Decimal
 from pathlib import Path
 
 import environ
@@ -182,8 +183,23 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
+# Wallet: the chain adapter (dotted path), the simulator's block time, travel rule and approvals.
+CHAIN_ADAPTER = env.str("CHAIN_ADAPTER", default="wallet.chain.simulator.SimulatedChain")
+SIM_CHAIN_BLOCK_SECONDS = env.float("SIM_CHAIN_BLOCK_SECONDS", default=5.0)
+CHAIN_SCAN_SECONDS = env.float("CHAIN_SCAN_SECONDS", default=2.0)
+# Deposits worth at least this much (in PHP at the asset's reference price) wait for travel-rule
+# data that operators fill in (status NEED_FILL_DATA); 0 disables the rule.
+TRAVEL_RULE_THRESHOLD = Decimal(env.str("TRAVEL_RULE_THRESHOLD", default="50000"))
+# Withdrawals worth more than this (PHP at reference price) wait for an operator's approval.
+WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(env.str("WITHDRAWAL_APPROVAL_THRESHOLD", default="1000000"))
+# A withdrawal still broadcasting after this long is handed to a worker again.
+WITHDRAWAL_RETRY_AFTER_SECONDS = env.int("WITHDRAWAL_RETRY_AFTER_SECONDS", default=120)
+
 CELERY_BEAT_SCHEDULE: dict = {
     "ledger-check": {"task": "accounts.ledger_check", "schedule": env.float("LEDGER_CHECK_SECONDS", default=3600.0)},
+    "sim-chain-blocks": {"task": "wallet.sim_advance_blocks", "schedule": SIM_CHAIN_BLOCK_SECONDS},
+    "chain-scan": {"task": "wallet.scan_deposits", "schedule": CHAIN_SCAN_SECONDS},
+    "withdrawal-retry": {"task": "wallet.retry_stuck_withdrawals", "schedule": 30.0},
 }
 # In the embedded default a thread of the server runs the schedule above (exchange/scheduler.py).
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)

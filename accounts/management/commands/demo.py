@@ -1,6 +1,7 @@
 """Load the demo world (idempotent): a master with a sub-account, an unrelated peer, and a
 read-only key of the master; the assets BTC, ETH, USDT and PHP; every demo account funded once
-through the ledger (from the equity account). `--json` prints their keys for scripts and the README's examples.
+through the ledger (from the equity account); the networks BTC (BTC), ETH (ETH), USDT (ETH, TRX); a
+withdrawal whitelist entry of the master per crypto coin and network. `--json` prints their keys for scripts and the README's examples.
 
 Demo keys are the one place a secret is shown again (the demo must be re-runnable); the command
 refuses to run under production settings.
@@ -50,6 +51,52 @@ def _assets() -> None:
         )
 
 
+NETWORKS = [
+    # coin, network, name, address regex, min confirmations, fee, min, multiple
+    ("BTC", "BTC", "Bitcoin", r"^(bc1|[13])[a-zA-HJ-NP-Z0-9]{25,62}$", 2, "0.0005", "0.001", "0.00000001"),
+    ("ETH", "ETH", "Ethereum (ERC20)", r"^(0x)[0-9A-Fa-f]{40}$", 6, "0.005", "0.01", "0.00000001"),
+    ("USDT", "ETH", "Ethereum (ERC20)", r"^(0x)[0-9A-Fa-f]{40}$", 6, "5", "10", "0.000001"),
+    ("USDT", "TRX", "Tron (TRC20)", r"^T[1-9A-HJ-NP-Za-km-z]{33}$", 3, "1", "10", "0.000001"),
+]
+WHITELIST = {
+    "BTC": "bc1qdemo0master0whitelist0address0000000",
+    "ETH": "0x00000000000000000000000000000000000d3e40",
+    "TRX": "TDemoMasterWhitezistAddress1111111",
+}
+
+
+def _networks() -> None:
+    from wallet.models import Network
+
+    for coin, network, name, regex, confirmations, fee, minimum, multiple in NETWORKS:
+        Network.objects.get_or_create(
+            coin=Asset.objects.get(code=coin),
+            network=network,
+            defaults={
+                "name": name,
+                "address_regex": regex,
+                "min_confirm": confirmations,
+                "withdraw_fee": Decimal(fee),
+                "withdraw_min": Decimal(minimum),
+                "withdraw_integer_multiple": Decimal(multiple),
+                "withdraw_max": Decimal("1000000"),
+            },
+        )
+
+
+def _whitelist(user: User) -> None:
+    from wallet.models import Network, WhitelistAddress
+
+    for network in Network.objects.select_related("coin"):
+        WhitelistAddress.objects.get_or_create(
+            account=user,
+            network=network,
+            address=WHITELIST[network.network],
+            tag="",
+            defaults={"name": f"demo {network.coin.code} {network.network}"},
+        )
+
+
 def _fund(role: str, user: User) -> None:
     for code, amount in FUNDING[role].items():
         funding_post(account=user, asset_code=code, amount=Decimal(amount), reference=f"demo:fund:{user.email}:{code}")
@@ -88,6 +135,8 @@ class Command(BaseCommand):
             peer_key = _key(peer, "demo")
             readonly_key = _key(master, "demo-readonly", [ApiKeyType.READ_ONLY])
             _assets()
+            _networks()
+            _whitelist(master)
             for role, user in (("master", master), ("sub", sub), ("peer", peer)):
                 _fund(role, user)
         world = {

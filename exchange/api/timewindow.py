@@ -1,0 +1,36 @@
+"""Query periods of history endpoints, from startTime/endTime in ms."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
+
+from exchange.api.errors import InvalidParameter
+
+
+def from_ms(ms: int, name: str) -> datetime:
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidParameter(name) from exc
+
+
+def window(
+    start_ms: int | None,
+    end_ms: int | None,
+    *,
+    span: timedelta,
+    default_span: timedelta | None = None,
+    now: datetime | None = None,
+) -> tuple[datetime, datetime]:
+    """[start, end]: endTime defaults to now, startTime to `default_span` (else `span`) before the
+    end; the period must be shorter than `span` when both are sent."""
+    now = now or timezone.now()
+    end = from_ms(end_ms, "endTime") if end_ms is not None else now
+    start = from_ms(start_ms, "startTime") if start_ms is not None else end - (default_span or span)
+    if end < start:
+        raise InvalidParameter(msg="Parameter 'endTime' must not be before 'startTime'.")
+    if start_ms is not None and end_ms is not None and end - start >= span:
+        raise InvalidParameter(msg=f"The period between startTime and endTime must be less than {span.days} days.")
+    return start, end

@@ -1,0 +1,210 @@
+"""Wallet: networks of each coin, deposit addresses, deposits, withdrawals, the withdrawal
+whitelist, and the simulated chain's own tables (wallet/chain/simulator.py)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from accounts.ledger.models import AmountField, Asset
+
+
+class Network(models.Model):
+    coin = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="networks")
+    network = models.CharField(max_length=16, help_text="e.g. BTC, ETH, TRX")
+    name = models.CharField(max_length=64)
+    address_regex = models.CharField(max_length=255)
+    memo_regex = models.CharField(max_length=255, blank=True, help_text="Empty when the network has no memo/tag.")
+    deposit_enable = models.BooleanField(default=True)
+    withdraw_enable = models.BooleanField(default=True)
+    min_confirm = models.PositiveIntegerField(default=1, help_text="Confirmations before a deposit is credited.")
+    unlock_confirm = models.IntegerField(default=0)
+    withdraw_desc = models.CharField(max_length=255, blank=True)
+    withdraw_fee = AmountField(default=Decimal(0))
+    withdraw_integer_multiple = AmountField(default=Decimal("0.00000001"))
+    withdraw_max = AmountField(default=Decimal("1000000"))
+    withdraw_min = AmountField(default=Decimal("0.0001"))
+    same_address = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["coin__code", "network"]
+        constraints = [models.UniqueConstraint(fields=["coin", "network"], name="network_once_per_coin")]
+
+    def __str__(self) -> str:
+        return f"{self.coin.code} on {self.network}"
+
+
+class DepositAddress(models.Model):
+    account = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deposit_addresses")
+    network = models.ForeignKey(Network, on_delete=models.PROTECT, related_name="addresses")
+    address = models.CharField(max_length=128)
+    tag = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "network"], name="one_deposit_address_per_network"),
+            models.UniqueConstraint(fields=["network", "address", "tag"], name="deposit_address_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.address}{f' ({self.tag})' if self.tag else ''}"
+
+
+class DepositStatus(models.IntegerChoices):
+    PROCESSING = 0
+    SUCCESS = 1
+    FAILED = 2
+    NEED_FILL_DATA = 3
+
+
+class Deposit(models.Model):
+    account = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deposits")
+    network = models.ForeignKey(Network, on_delete=models.PROTECT, related_name="deposits")
+    address = models.CharField(max_length=128)
+    tag = models.CharField(max_length=64, blank=True)
+    amount = AmountField()
+    tx_id = models.CharField(max_length=128)
+    output_index = models.PositiveIntegerField(default=0)
+    status = models.SmallIntegerField(choices=DepositStatus.choices, default=DepositStatus.PROCESSING)
+    confirmations = models.PositiveIntegerField(default=0)
+    inserted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    credited_at = models.DateTimeField(null=True, blank=True)
+    travel_rule_required = models.BooleanField(default=False)
+    travel_rule_data = models.JSONField(null=True, blank=True, help_text="Originator details filled by operators.")
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["network", "tx_id", "output_index"], name="deposit_once_per_output"),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="deposit_amount_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"deposit #{self.pk} {self.amount} {self.network}"
+
+
+class WithdrawalStatus(models.IntegerChoices):
+    PROCESSING = 0
+    SUCCESS = 1
+    FAILED = 2
+
+
+class WithdrawalStage(models.TextChoices):
+    """The settlement state machine; every transition is a compare-and-set."""
+
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    QUEUED = "QUEUED"
+    BROADCASTING = "BROADCASTING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class Withdrawal(models.Model):
+    account = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="withdrawals")
+    network = models.ForeignKey(Network, on_delete=models.PROTECT, related_name="withdrawals")
+    address = models.CharField(max_length=128)
+    tag = models.CharField(max_length=64, blank=True)
+    amount = AmountField(help_text="Sent to the address; the fee comes on top.")
+    fee = AmountField()
+    withdraw_order_id = models.CharField(max_length=30, null=True, blank=True)
+    stage = models.CharField(max_length=20, choices=WithdrawalStage.choices)
+    tx_id = models.CharField(max_length=128, blank=True)
+    confirmations = models.PositiveIntegerField(default=0)
+    info = models.CharField(max_length=255, blank=True)
+    applied_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    attempts = models.PositiveIntegerField(default=0)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Operator who approved or rejected it.",
+    )
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "withdraw_order_id"],
+                condition=Q(withdraw_order_id__isnull=False),
+                name="withdraw_order_id_once_per_account",
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0) & Q(fee__gte=0), name="withdrawal_amounts"),
+        ]
+
+    def __str__(self) -> str:
+        return f"withdrawal #{self.pk} {self.amount} {self.network} ({self.stage})"
+
+    @property
+    def status(self) -> int:
+        if self.stage == WithdrawalStage.SUCCEEDED:
+            return WithdrawalStatus.SUCCESS
+        if self.stage == WithdrawalStage.FAILED:
+            return WithdrawalStatus.FAILED
+        return WithdrawalStatus.PROCESSING
+
+
+class WhitelistAddress(models.Model):
+    account = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="withdraw_whitelist")
+    network = models.ForeignKey(Network, on_delete=models.PROTECT, related_name="+")
+    address = models.CharField(max_length=128)
+    tag = models.CharField(max_length=64, blank=True)
+    name = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "withdrawal whitelist entry"
+        verbose_name_plural = "withdrawal whitelist"
+        constraints = [
+            models.UniqueConstraint(fields=["account", "network", "address", "tag"], name="whitelist_entry_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name or self.address} ({self.network})"
+
+
+# --- the simulated chain -------------------------------------------------------------------------
+
+
+class SimBlockHeight(models.Model):
+    network = models.CharField(max_length=16, unique=True)
+    height = models.BigIntegerField(default=1)
+
+    def __str__(self) -> str:
+        return f"{self.network} at {self.height}"
+
+
+class SimTransaction(models.Model):
+    """A transaction on the simulated chain: an incoming deposit or one of our broadcasts."""
+
+    network = models.CharField(max_length=16)
+    tx_id = models.CharField(max_length=128)
+    output_index = models.PositiveIntegerField(default=0)
+    address = models.CharField(max_length=128)
+    tag = models.CharField(max_length=64, blank=True)
+    amount = AmountField()
+    block_height = models.BigIntegerField()
+    incoming = models.BooleanField(default=True)
+    fails = models.BooleanField(default=False, help_text="The chain will report it failed.")
+    client_reference = models.CharField(max_length=64, null=True, blank=True, unique=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["network", "tx_id", "output_index"], name="sim_tx_output_once")]
+
+    def __str__(self) -> str:
+        return f"{self.network} {self.tx_id}:{self.output_index}"
+
+
+class SimBroadcastFailure(models.Model):
+    """Tests and demos: broadcasts to this address fail."""
+
+    address = models.CharField(max_length=128, unique=True)
+
+    def __str__(self) -> str:
+        return self.address

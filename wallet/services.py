@@ -1,0 +1,402 @@
+"""Wallet writes: deposit addresses, deposits, withdrawals and their settlement.
+
+Every balance change goes through the ledger; no database transaction is held open across a
+chain adapter call; settlement is a compare-and-set state machine with unique posting references,
+so a task that runs twice (or a worker that died mid-task) settles exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts import ledger
+from accounts.ledger.models import BusinessType
+from accounts.limits import limit_blocks, tier_for
+from accounts.models import LedgerAccount, SystemRole, User
+from wallet import errors
+from wallet.chain import BroadcastFailed, TxState, adapter
+from wallet.models import (
+    Deposit,
+    DepositAddress,
+    DepositStatus,
+    Network,
+    WhitelistAddress,
+    Withdrawal,
+    WithdrawalStage,
+)
+
+logger = logging.getLogger(__name__)
+ZERO = Decimal(0)
+
+
+def network_get(*, coin: str, network: str) -> Network:
+    found = Network.objects.select_related("coin").filter(coin__code=coin, network=network).first()
+    if found is None:
+        if not Network.objects.filter(coin__code=coin).exists():
+            raise errors.unknown("coin")
+        raise errors.unknown("network")
+    return found
+
+
+def _value_in(currency: str, network: Network, amount: Decimal) -> Decimal:
+    return amount if network.coin.code == currency else amount * network.coin.reference_price
+
+
+# --- deposit addresses ---------------------------------------------------------------------------
+
+
+def deposit_address_get(*, account: User, coin: str, network: str) -> DepositAddress:
+    """The account's address on this network: the same one every time."""
+    net = network_get(coin=coin, network=network)
+    if not net.deposit_enable:
+        raise errors.suspended(f"Depositing {coin} on {network}")
+    existing = DepositAddress.objects.filter(account=account, network=net).first()
+    if existing is not None:
+        return existing
+    address, tag = adapter().new_address(network=net, account_id=account.pk)  # outside any transaction
+    try:
+        with transaction.atomic():
+            return DepositAddress.objects.create(account=account, network=net, address=address, tag=tag)
+    except IntegrityError:  # made concurrently
+        return DepositAddress.objects.get(account=account, network=net)
+
+
+# --- deposits ------------------------------------------------------------------------------------
+
+
+def deposit_record(
+    *,
+    network: Network,
+    tx_id: str,
+    output_index: int,
+    address: str,
+    tag: str,
+    amount: Decimal,
+    confirmations: int,
+    failed: bool = False,
+) -> Deposit | None:
+    """Record a deposit the chain showed us (idempotent per network, tx id and output) and move it
+    along. None when the address is not one of ours."""
+    owner = DepositAddress.objects.filter(network=network, address=address, tag=tag).first()
+    if owner is None:
+        return None
+    deposit = Deposit.objects.filter(network=network, tx_id=tx_id, output_index=output_index).first()
+    if deposit is None:
+        threshold = settings.TRAVEL_RULE_THRESHOLD
+        tier = tier_for(owner.account)
+        value = _value_in(tier.currency if tier else "PHP", network, amount)
+        try:
+            with transaction.atomic():
+                deposit = Deposit.objects.create(
+                    account=owner.account,
+                    network=network,
+                    address=address,
+                    tag=tag,
+                    amount=amount,
+                    tx_id=tx_id,
+                    output_index=output_index,
+                    confirmations=confirmations,
+                    travel_rule_required=bool(threshold) and value >= threshold,
+                    status=DepositStatus.NEED_FILL_DATA
+                    if bool(threshold) and value >= threshold
+                    else DepositStatus.PROCESSING,
+                )
+        except IntegrityError:
+            deposit = Deposit.objects.get(network=network, tx_id=tx_id, output_index=output_index)
+    return deposit_advance(deposit=deposit, confirmations=confirmations, failed=failed)
+
+
+def deposit_advance(*, deposit: Deposit, confirmations: int | None = None, failed: bool = False) -> Deposit:
+    """PROCESSING until minConfirm, then credited once; FAILED when the chain says so;
+    NEED_FILL_DATA waits for travel-rule data."""
+    if confirmations is not None and confirmations != deposit.confirmations and deposit.credited_at is None:
+        Deposit.objects.filter(pk=deposit.pk).update(confirmations=confirmations)
+        deposit.confirmations = confirmations
+    if deposit.status in (DepositStatus.SUCCESS, DepositStatus.FAILED):
+        return deposit
+    if failed:
+        Deposit.objects.filter(pk=deposit.pk, credited_at__isnull=True).update(status=DepositStatus.FAILED)
+        deposit.refresh_from_db()
+        return deposit
+    if deposit.status == DepositStatus.NEED_FILL_DATA:
+        return deposit
+    if deposit.confirmations < deposit.network.min_confirm:
+        return deposit
+    with transaction.atomic():
+        # Compare-and-set: only one caller moves PROCESSING to SUCCESS, and only it credits.
+        won = Deposit.objects.filter(pk=deposit.pk, status=DepositStatus.PROCESSING, credited_at__isnull=True).update(
+            status=DepositStatus.SUCCESS, credited_at=timezone.now()
+        )
+        if won:
+            ledger.post(
+                legs=ledger.move(
+                    ledger.system_account_id(SystemRole.WORLD),
+                    deposit.account_id,
+                    deposit.network.coin.code,
+                    deposit.amount,
+                ),
+                kind=BusinessType.CHAIN_DEPOSIT,
+                reference=f"deposit:{deposit.pk}",
+                memo=f"{deposit.network} {deposit.tx_id}:{deposit.output_index}",
+            )
+    deposit.refresh_from_db()
+    return deposit
+
+
+def deposit_fill_travel_rule(*, deposit: Deposit, data: dict, filled_by: User) -> Deposit:
+    if deposit.status != DepositStatus.NEED_FILL_DATA:
+        raise ValueError("This deposit does not wait for travel-rule data.")
+    if not data:
+        raise ValueError("Travel-rule data is empty.")
+    Deposit.objects.filter(pk=deposit.pk, status=DepositStatus.NEED_FILL_DATA).update(
+        travel_rule_data={**data, "filled_by": filled_by.email, "filled_at": timezone.now().isoformat()},
+        status=DepositStatus.PROCESSING,
+    )
+    deposit.refresh_from_db()
+    logger.info("Travel-rule data filled for deposit %s by %s", deposit.pk, filled_by.email)
+    return deposit_advance(deposit=deposit)
+
+
+def deposits_scan() -> int:
+    """Ask the chain about every enabled network's addresses; record and advance what it shows."""
+    chain = adapter()
+    touched = 0
+    for network in Network.objects.select_related("coin").filter(deposit_enable=True):
+        addresses = {(a.address, a.tag): a.account_id for a in DepositAddress.objects.filter(network=network)}
+        if not addresses:
+            continue
+        for seen in chain.scan(network=network, addresses=addresses):
+            deposit = deposit_record(
+                network=network,
+                tx_id=seen.tx_id,
+                output_index=seen.output_index,
+                address=seen.address,
+                tag=seen.tag,
+                amount=seen.amount,
+                confirmations=seen.confirmations,
+                failed=seen.failed,
+            )
+            touched += deposit is not None
+    return touched
+
+
+# --- withdrawals ---------------------------------------------------------------------------------
+
+
+def fits_precision(amount: Decimal, places: int) -> bool:
+    """Whether `amount` has at most `places` significant decimal places (1.50 fits 1)."""
+    exponent = amount.normalize().as_tuple().exponent
+    return not isinstance(exponent, int) or exponent >= -places
+
+
+def _check_amount(network: Network, amount: Decimal) -> None:
+    precision = network.coin.transfer_precision
+    if amount <= 0:
+        raise errors.invalid("amount", "must be positive")
+    if not fits_precision(amount, precision):
+        raise errors.invalid("amount", f"at most {precision} decimal places")
+    if amount < network.withdraw_min:
+        raise errors.invalid("amount", f"below the minimum {network.withdraw_min.normalize():f}")
+    if amount > network.withdraw_max:
+        raise errors.invalid("amount", f"above the maximum {network.withdraw_max.normalize():f}")
+    multiple = network.withdraw_integer_multiple
+    if multiple and amount % multiple != 0:
+        raise errors.invalid("amount", f"must be a multiple of {multiple.normalize():f}")
+
+
+def _check_limits(account: User, network: Network, total: Decimal) -> None:
+    tier = tier_for(account)
+    if tier is None:
+        return
+    value = _value_in(tier.currency, network, total)
+    for period, block in limit_blocks(account).items():
+        if block is None or period.startswith("p2p"):
+            continue
+        if value > block.total_withdraw_remaining:
+            raise errors.limit_exceeded(period, "withdrawal")
+        if value > block.cash_out_remaining:
+            raise errors.limit_exceeded(period, "cash-out")
+
+
+def withdrawal_apply(
+    *, account: User, coin: str, network: str, address: str, tag: str, amount: Decimal, withdraw_order_id: str | None
+) -> Withdrawal:
+    net = network_get(coin=coin, network=network)
+    if not account.can_withdraw:
+        raise errors.not_allowed("This account may not withdraw.")
+    if not net.withdraw_enable:
+        raise errors.suspended(f"Withdrawing {coin} on {network}")
+    if not WhitelistAddress.objects.filter(account=account, network=net, address=address, tag=tag or "").exists():
+        raise errors.invalid("address", "coin, network, address and addressTag are not in the withdrawal whitelist")
+    _check_amount(net, amount)
+    fee = net.withdraw_fee
+    approval = _value_in("PHP", net, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
+    try:
+        with transaction.atomic():
+            # The account's ledger row serializes this account's withdrawals: the limit check and
+            # the hold see each other.
+            LedgerAccount.objects.select_for_update().get_or_create(user=account)
+            _check_limits(account, net, amount + fee)
+            withdrawal = Withdrawal.objects.create(
+                account=account,
+                network=net,
+                address=address,
+                tag=tag or "",
+                amount=amount,
+                fee=fee,
+                withdraw_order_id=withdraw_order_id,
+                stage=WithdrawalStage.AWAITING_APPROVAL if approval else WithdrawalStage.QUEUED,
+            )
+            ledger.post(
+                legs=ledger.hold(account.pk, net.coin.code, amount + fee),
+                kind=BusinessType.CHAIN_WITHDRAWAL,
+                reference=f"withdrawal:{withdrawal.pk}:hold",
+                memo=f"{net} to {address}",
+            )
+            if not approval:
+                _enqueue_after_commit(withdrawal.pk)
+    except IntegrityError as exc:
+        if (
+            withdraw_order_id
+            and Withdrawal.objects.filter(account=account, withdraw_order_id=withdraw_order_id).exists()
+        ):
+            raise errors.duplicate("withdrawOrderId") from exc
+        raise
+    return withdrawal
+
+
+def _enqueue_after_commit(withdrawal_id: int) -> None:
+    from wallet.tasks import withdrawal_process_task
+
+    transaction.on_commit(lambda: withdrawal_process_task.delay(withdrawal_id))
+
+
+def _transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> bool:
+    return bool(
+        Withdrawal.objects.filter(pk=withdrawal_id, stage__in=list(from_stages)).update(
+            stage=to_stage, updated_at=timezone.now(), **fields
+        )
+    )
+
+
+def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
+    """Broadcast and settle. Safe to run twice or after a crash at any point."""
+    from django.db.models import F
+
+    if _transition(withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.BROADCASTING):
+        Withdrawal.objects.filter(pk=withdrawal_id).update(attempts=F("attempts") + 1)
+    withdrawal = Withdrawal.objects.select_related("network__coin").get(pk=withdrawal_id)
+    if withdrawal.stage != WithdrawalStage.BROADCASTING:
+        return withdrawal  # settled already, or waiting for an operator
+    try:
+        tx_id = adapter().broadcast(  # idempotent by reference: a second call returns the first transaction
+            network=withdrawal.network,
+            reference=f"withdrawal:{withdrawal.pk}",
+            address=withdrawal.address,
+            tag=withdrawal.tag,
+            amount=withdrawal.amount,
+        )
+    except BroadcastFailed as exc:
+        return _fail(withdrawal, info=str(exc)[:255])
+    return _succeed(withdrawal, tx_id)
+
+
+def _succeed(withdrawal: Withdrawal, tx_id: str) -> Withdrawal:
+    coin = withdrawal.network.coin.code
+    with transaction.atomic():
+        if _transition(
+            withdrawal.pk, from_stages=[WithdrawalStage.BROADCASTING], to_stage=WithdrawalStage.SUCCEEDED, tx_id=tx_id
+        ):
+            legs = ledger.settle(
+                withdrawal.account_id, ledger.system_account_id(SystemRole.WORLD), coin, withdrawal.amount
+            )
+            if withdrawal.fee > 0:
+                legs += ledger.settle(
+                    withdrawal.account_id, ledger.system_account_id(SystemRole.FEES), coin, withdrawal.fee
+                )
+            ledger.post(
+                legs=legs,
+                kind=BusinessType.CHAIN_WITHDRAWAL,
+                reference=f"withdrawal:{withdrawal.pk}:settle",
+                memo=f"{withdrawal.network} {tx_id}",
+            )
+    withdrawal.refresh_from_db()
+    return withdrawal
+
+
+def _fail(
+    withdrawal: Withdrawal, *, info: str, decided_by: User | None = None, from_stages=(WithdrawalStage.BROADCASTING,)
+) -> Withdrawal:
+    coin = withdrawal.network.coin.code
+    with transaction.atomic():
+        if _transition(
+            withdrawal.pk, from_stages=from_stages, to_stage=WithdrawalStage.FAILED, info=info, decided_by=decided_by
+        ):
+            ledger.post(
+                legs=ledger.release(withdrawal.account_id, coin, withdrawal.amount + withdrawal.fee),
+                kind=BusinessType.CHAIN_WITHDRAWAL,
+                reference=f"withdrawal:{withdrawal.pk}:release",
+                memo=info[:255],
+            )
+    withdrawal.refresh_from_db()
+    return withdrawal
+
+
+def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdrawal:
+    with transaction.atomic():
+        if _transition(
+            withdrawal.pk,
+            from_stages=[WithdrawalStage.AWAITING_APPROVAL],
+            to_stage=WithdrawalStage.QUEUED,
+            decided_by=approved_by,
+        ):
+            _enqueue_after_commit(withdrawal.pk)
+    withdrawal.refresh_from_db()
+    return withdrawal
+
+
+def withdrawal_reject(
+    *, withdrawal: Withdrawal, rejected_by: User, reason: str = "rejected by operations"
+) -> Withdrawal:
+    return _fail(
+        withdrawal,
+        info=reason,
+        decided_by=rejected_by,
+        from_stages=(WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED),
+    )
+
+
+def withdrawal_retry(*, withdrawal: Withdrawal) -> None:
+    """Hand a queued or stuck broadcasting withdrawal to a worker again (safe: see withdrawal_process)."""
+    if withdrawal.stage in (WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING):
+        _enqueue_after_commit(withdrawal.pk)
+
+
+def withdrawals_retry_stuck() -> int:
+    cutoff = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_RETRY_AFTER_SECONDS)
+    stuck = list(
+        Withdrawal.objects.filter(
+            stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING], updated_at__lt=cutoff
+        ).values_list("pk", flat=True)
+    )
+    for pk in stuck:
+        _enqueue_after_commit(pk)
+    return len(stuck)
+
+
+def withdrawals_refresh_confirmations() -> None:
+    chain = adapter()
+    for withdrawal in (
+        Withdrawal.objects.select_related("network")
+        .filter(stage=WithdrawalStage.SUCCEEDED, confirmations__lt=100)
+        .exclude(tx_id="")[:500]
+    ):
+        state, count = chain.confirmations(network=withdrawal.network, tx_id=withdrawal.tx_id)
+        if state is not TxState.FAILED and count != withdrawal.confirmations:
+            Withdrawal.objects.filter(pk=withdrawal.pk).update(confirmations=count)

@@ -1,0 +1,31 @@
+"""Thin tasks: load by id, call a service."""
+
+from celery import shared_task
+from django.conf import settings
+
+from wallet import services
+
+
+@shared_task(name="wallet.withdrawal_process", acks_late=True, reject_on_worker_lost=True, max_retries=None)
+def withdrawal_process_task(withdrawal_id: int) -> str:
+    return services.withdrawal_process(withdrawal_id=withdrawal_id).stage
+
+
+@shared_task(name="wallet.scan_deposits")
+def scan_deposits_task() -> int:
+    touched = services.deposits_scan()
+    services.withdrawals_refresh_confirmations()
+    return touched
+
+
+@shared_task(name="wallet.retry_stuck_withdrawals")
+def retry_stuck_withdrawals_task() -> int:
+    return services.withdrawals_retry_stuck()
+
+
+@shared_task(name="wallet.sim_advance_blocks")
+def sim_advance_blocks_task() -> None:
+    if settings.CHAIN_ADAPTER.endswith("SimulatedChain"):
+        from wallet.chain.simulator import advance_blocks
+
+        advance_blocks()
