@@ -1,7 +1,8 @@
 """Load the demo world (idempotent): a master with a sub-account, an unrelated peer, and a
 read-only key of the master; the assets BTC, ETH, USDT and PHP; every demo account funded once
 through the ledger (from the equity account); the networks BTC (BTC), ETH (ETH), USDT (ETH, TRX); a
-withdrawal whitelist entry of the master per crypto coin and network. `--json` prints their keys for scripts and the README's examples.
+withdrawal whitelist entry of the master per crypto coin and network. `--json` prints the keys
+for scripts and the README's examples.
 
 Demo keys are the one place a secret is shown again (the demo must be re-runnable); the command
 refuses to run under production settings.
