@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 from rest_framework.response import Response
@@ -10,6 +10,7 @@ from accounts.models import Asset, User
 from exchange.api.auth import Security
 from exchange.api.errors import InvalidParameter, NoPermission
 from exchange.api.params import Param, ParamSpec
+from exchange.api.timewindow import LAST_MICROSECOND, end_from_ms, from_ms, shift
 from exchange.api.views import GatewayApi
 
 HISTORY_SPAN = timedelta(days=7)
@@ -150,23 +151,16 @@ class TransactionHistoryApi(GatewayApi):
         )
 
 
-def _from_ms(ms: int) -> datetime:
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise InvalidParameter("startTime/endTime") from exc
-
-
 def _history_window(start_ms: int | None, end_ms: int | None) -> tuple[datetime, datetime]:
     if start_ms is not None and end_ms is not None:
-        start, end = _from_ms(start_ms), _from_ms(end_ms)
+        start, end = from_ms(start_ms, "startTime"), end_from_ms(end_ms)
         if end < start:
             raise InvalidParameter(msg="Parameter 'endTime' must not be before 'startTime'.")
-        if end - start > HISTORY_SPAN:
+        if end - start > HISTORY_SPAN + LAST_MICROSECOND:
             raise InvalidParameter(msg="The span between startTime and endTime must not exceed 7 days.")
         return start, end
     if start_ms is not None:
-        start = _from_ms(start_ms)
-        return start, start + HISTORY_SPAN
-    end = _from_ms(end_ms) if end_ms is not None else timezone.now()
-    return end - HISTORY_SPAN, end
+        start = from_ms(start_ms, "startTime")
+        return start, shift(start, HISTORY_SPAN, "startTime")
+    end = end_from_ms(end_ms) if end_ms is not None else timezone.now()
+    return shift(end, -HISTORY_SPAN, "endTime"), end

@@ -102,6 +102,7 @@ class KeyringCache:
         # used for its own request but not cached.
         self._generation = 0
         self._subscriber: threading.Thread | None = None
+        self._subscribed = threading.Event()
 
     def _get(self, user_id: int) -> Keyring | None:
         with self._lock:
@@ -196,14 +197,19 @@ class KeyringCache:
             if self._subscriber is None:
                 self._subscriber = threading.Thread(target=self._listen, name="keyring-invalidation", daemon=True)
                 self._subscriber.start()
+        # Cache nothing before we hear invalidations (bounded: the TTL still applies without them).
+        self._subscribed.wait(timeout=1.0)
 
     def _listen(self) -> None:
+        first = True
         while True:
             try:
                 pubsub = _redis().pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(INVALIDATE_CHANNEL)
-                # Whatever changed while we were not listening is unknown: start clean.
-                self.clear()
+                if not first:  # whatever changed while we were not listening is unknown: start clean
+                    self.clear()
+                first = False
+                self._subscribed.set()
                 for message in pubsub.listen():
                     if message.get("type") == "message":
                         self.evict(int(message["data"]))

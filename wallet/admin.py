@@ -183,3 +183,6 @@ class WithdrawalAdmin(admin.ModelAdmin):
         for withdrawal in stuck:
             services.withdrawal_retry(withdrawal=withdrawal)
         self.message_user(request, f"Handed {len(stuck)} withdrawal(s) to a worker again.", messages.SUCCESS)
+
+
+from wallet.transfers import admin as transfer_admin  # noqa: E402,F401 - registers the transfers' admin pages

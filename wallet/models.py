@@ -208,3 +208,53 @@ class SimBroadcastFailure(models.Model):
 
     def __str__(self) -> str:
         return self.address
+
+
+# --- transfers between accounts ------------------------------------------------------------------
+
+
+class TransferFee(models.Model):
+    """Fee charged to the sender of a transfer, per asset (none configured: 0)."""
+
+    asset = models.OneToOneField(Asset, on_delete=models.PROTECT, related_name="transfer_fee")
+    fee = AmountField(default=Decimal(0))
+
+    def __str__(self) -> str:
+        return f"{self.fee} {self.asset}"
+
+
+class Transfer(models.Model):
+    sender = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="transfers_sent")
+    recipient = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="transfers_received")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    amount = AmountField()
+    fee = AmountField(default=Decimal(0))
+    target_address = models.CharField(max_length=254, help_text="The recipient as the sender wrote it.")
+    message = models.CharField(max_length=255, blank=True)
+    client_transfer_id = models.CharField(max_length=100, null=True, blank=True)
+    status = models.CharField(max_length=10, default="success")
+    posting = models.OneToOneField("accounts.Posting", on_delete=models.PROTECT, related_name="transfer")
+    api_version = models.CharField(max_length=4, default="v4")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    reversal_posting = models.OneToOneField(
+        "accounts.Posting", null=True, blank=True, on_delete=models.PROTECT, related_name="reversed_transfer"
+    )
+    reversed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    reversal_reason = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["sender", "client_transfer_id"],
+                condition=Q(client_transfer_id__isnull=False),
+                name="client_transfer_id_once_per_sender",
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0) & Q(fee__gte=0), name="transfer_amounts"),
+            models.CheckConstraint(condition=~Q(sender=models.F("recipient")), name="transfer_not_to_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"transfer #{self.pk} {self.amount} {self.asset_id} {self.sender_id}->{self.recipient_id}"

@@ -95,6 +95,12 @@ class AdjustmentForm(forms.ModelForm):
         model = ManualAdjustment
         fields = ("account", "asset", "amount", "reason")
 
+    def clean_account(self):
+        account = self.cleaned_data["account"]
+        if account.system_role is not None:
+            raise ValidationError("Adjustments are made to customer accounts, not to the service's own accounts.")
+        return account
+
     def clean_amount(self):
         amount = self.cleaned_data["amount"]
         if amount == 0:

@@ -93,7 +93,7 @@ class Posting(models.Model):
 
     kind = models.CharField(max_length=24, choices=BusinessType.choices)
     reference = models.CharField(
-        max_length=120, unique=True, help_text="Business key; unique, so a retry cannot post twice."
+        max_length=200, unique=True, help_text="Business key; unique, so a retry cannot post twice."
     )
     memo = models.CharField(max_length=255, blank=True)
     actor = models.ForeignKey(

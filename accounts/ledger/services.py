@@ -22,6 +22,8 @@ def adjustment_create(
         raise ValueError("An adjustment needs a reason.")
     if amount == 0:
         raise ValueError("An adjustment must move something.")
+    if account.system_role is not None:
+        raise ValueError("Adjustments are made to customer accounts.")
     equity = system_account_id(SystemRole.EQUITY)
     legs = move(equity, account.pk, asset.code, amount) if amount > 0 else move(account.pk, equity, asset.code, -amount)
     with transaction.atomic():

@@ -70,16 +70,20 @@ class GatewayAutoSchema(AutoSchema):
     def get_request_serializer(self):
         return None
 
+    def _get_serializer(self):
+        return None
+
     def get_auth(self):
         return [{"ApiKey": []}] if self.view.security.needs_key else []
 
     def get_description(self) -> str:
         view = self.view
         weights = []
-        if view.ip_weight:
-            weights.append(f"IP {view.ip_weight}")
-        if view.uid_weight:
-            weights.append(f"UID {view.uid_weight}")
+        ip_weight, uid_weight = view.option("ip_weight", self.method), view.option("uid_weight", self.method)
+        if ip_weight:
+            weights.append(f"IP {ip_weight}")
+        if uid_weight:
+            weights.append(f"UID {uid_weight}")
         lines = [
             super().get_description(),
             "",
@@ -93,7 +97,7 @@ class GatewayAutoSchema(AutoSchema):
         return [self.view.__module__.split(".")[0]]
 
     def _get_response_bodies(self, direction="response"):
-        example = self.view.response_example
+        example = self.view.option("response_example", self.method)
         success = {
             "description": "Success",
             "content": {"application/json": {"schema": _schema_of(example), "example": example}},

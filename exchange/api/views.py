@@ -41,10 +41,16 @@ class GatewayApi(APIView):
     # For the OpenAPI document: a short description of the response and an example of it.
     response_example: ClassVar[Any] = None
     http_method_names: ClassVar[list[str]] = ["get", "post", "put", "delete", "head"]
+    # Per-method overrides of the declarations above, when one path serves two endpoints:
+    # {"GET": {"ip_weight": 10, "recv_window_required": True}}.
+    per_method: ClassVar[dict[str, dict[str, Any]]] = {}
 
     params: dict[str, Any]
     api_key = None  # accounts.keyring.KeyRecord of the caller (never the model: see keyring.py)
     account = None  # accounts.models.User of the caller
+
+    def option(self, name: str, method: str) -> Any:
+        return self.per_method.get(method, {}).get(name, getattr(self, name))
 
     def spec_for(self, method: str) -> ParamSpec:
         spec = self.params_spec
@@ -57,30 +63,31 @@ class GatewayApi(APIView):
         http_request = request._request
         ip = http_request.client_ip
         ip_charged = False
+        method = request.method
+        ip_weight, uid_weight = self.option("ip_weight", method), self.option("uid_weight", method)
         try:
-            method = request.method
             if method.lower() not in self.http_method_names or not hasattr(self, method.lower()):
                 raise MethodNotAllowed(method)
             raw = self._raw_request(http_request, ip)
             if self.security.needs_key and not keyrings.cached(raw.meta.get("HTTP_X_SERVICE_APIKEY", "").strip()):
                 # The key must come from the database: count the IP (and refuse a banned one) first.
-                charge(http_request, ip=ip, ip_weight=self.ip_weight)
+                charge(http_request, ip=ip, ip_weight=ip_weight)
                 ip_charged = True
             caller = authenticate(self._endpoint_auth(method), raw)
         except ExchangeError:
             if not ip_charged:  # a limit or a ban outranks the reason for refusing
-                charge(http_request, ip=ip, ip_weight=self.ip_weight)
+                charge(http_request, ip=ip, ip_weight=ip_weight)
             raise
         if caller is None:  # NONE: a UID weight falls on the IP
-            charge(http_request, ip=ip, ip_weight=self.ip_weight + self.uid_weight)
+            charge(http_request, ip=ip, ip_weight=ip_weight + uid_weight)
         else:
             self.api_key, self.account = caller
             charge(
                 http_request,
                 ip=ip,
-                ip_weight=0 if ip_charged else self.ip_weight,
+                ip_weight=0 if ip_charged else ip_weight,
                 uid=self.account.pk,
-                uid_weight=self.uid_weight,
+                uid_weight=uid_weight,
             )
         self.params = self.spec_for(method).parse(raw.params)
 
@@ -110,7 +117,7 @@ class GatewayApi(APIView):
             key_type=self.key_type,
             writes=method not in READ_METHODS if self.is_write is None else self.is_write,
             ip_whitelist_required=self.ip_whitelist_required,
-            recv_window_required=self.recv_window_required,
+            recv_window_required=self.option("recv_window_required", method),
         )
 
     def finalize_response(self, request, response, *args, **kwargs):

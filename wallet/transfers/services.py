@@ -1,0 +1,131 @@
+"""Transfers between accounts (v4 and legacy v3): one P2P_TRANSFER posting moves the amount from
+the sender to the recipient and the fee to the fees account; the client's transfer id is unique per
+sender (a database constraint), so a repeat moves nothing."""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+
+from accounts import ledger
+from accounts.ledger.models import Asset, BusinessType, Posting
+from accounts.limits import limit_blocks, tier_for
+from accounts.models import LedgerAccount, SystemRole, User
+from accounts.selectors import user_get_by_address
+from exchange.api.errors import UserNotFound
+from wallet import errors
+from wallet.models import Transfer, TransferFee
+from wallet.services import fits_precision
+
+logger = logging.getLogger(__name__)
+
+
+def _check_limits(sender: User, asset: Asset, total: Decimal) -> None:
+    tier = tier_for(sender)
+    if tier is None:
+        return
+    value = total if asset.code == tier.currency else total * asset.reference_price
+    for period, block in limit_blocks(sender).items():
+        if block is not None and value > block.cash_out_remaining:
+            raise errors.limit_exceeded(period, "transfer" if period.startswith("p2p") else "cash-out")
+
+
+def transfer_create(
+    *,
+    sender: User,
+    asset_code: str,
+    target_address: str,
+    amount: Decimal,
+    message: str = "",
+    client_transfer_id: str | None = None,
+    api_version: str = "v4",
+) -> Transfer:
+    asset = Asset.objects.filter(code=asset_code).first()
+    if asset is None:
+        raise errors.unknown("account")
+    recipient = user_get_by_address(address=target_address)
+    if recipient is None or recipient.system_role is not None or not recipient.is_active:
+        raise UserNotFound(msg="No account has this target_address.")
+    if recipient.pk == sender.pk:
+        raise errors.invalid("target_address", "a transfer cannot go to the sender")
+    if amount <= 0:
+        raise errors.invalid("amount", "must be positive")
+    if not fits_precision(amount, asset.transfer_precision):
+        raise errors.invalid("amount", f"at most {asset.transfer_precision} decimal places")
+    if amount < asset.transfer_min_quantity:
+        raise errors.invalid("amount", f"below the minimum {asset.transfer_min_quantity.normalize():f}")
+    fee = TransferFee.objects.filter(asset=asset).values_list("fee", flat=True).first() or Decimal(0)
+    legs = ledger.move(sender.pk, recipient.pk, asset.code, amount)
+    if fee > 0:
+        legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
+    try:
+        with transaction.atomic():
+            # The sender's ledger row serializes its transfers: the limit check sees them all.
+            list(LedgerAccount.objects.select_for_update().filter(user=sender).values_list("pk", flat=True))
+            _check_limits(sender, asset, amount + fee)
+            if (
+                client_transfer_id is not None
+                and Transfer.objects.filter(sender=sender, client_transfer_id=client_transfer_id).exists()
+            ):
+                raise errors.duplicate("client_transfer_id")
+            result = ledger.post(
+                legs=legs,
+                kind=BusinessType.P2P_TRANSFER,
+                reference=f"transfer:{sender.pk}:{client_transfer_id}"
+                if client_transfer_id is not None
+                else f"transfer:{sender.pk}:auto:{_next_auto_id()}",
+                memo=message[:255],
+            )
+            return Transfer.objects.create(
+                sender=sender,
+                recipient=recipient,
+                asset=asset,
+                amount=amount,
+                fee=fee,
+                target_address=target_address,
+                message=message,
+                client_transfer_id=client_transfer_id,
+                posting_id=result.posting_id,
+                api_version=api_version,
+            )
+    except IntegrityError as exc:
+        # Concurrent twins: the unique posting reference or client id refused the second.
+        if client_transfer_id is not None:
+            raise errors.duplicate("client_transfer_id") from exc
+        raise
+
+
+def _next_auto_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
+
+
+def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
+    """Operators undo a transfer with a new posting (the original stays in the journal): the amount
+    goes back from the recipient and the fee from the fees account. Once only."""
+    if not reason.strip():
+        raise ValueError("A reversal needs a reason.")
+    legs = ledger.move(transfer.recipient_id, transfer.sender_id, transfer.asset.code, transfer.amount)
+    if transfer.fee > 0:
+        legs += ledger.move(
+            ledger.system_account_id(SystemRole.FEES), transfer.sender_id, transfer.asset.code, transfer.fee
+        )
+    with transaction.atomic():
+        result = ledger.post(
+            legs=legs,
+            kind=BusinessType.P2P_TRANSFER,
+            reference=f"transfer:{transfer.pk}:reversal",
+            memo=f"reversal by {reversed_by.email}: {reason}"[:255],
+            actor_id=reversed_by.pk,
+        )
+        Transfer.objects.filter(pk=transfer.pk).update(
+            reversal_posting=Posting.objects.get(pk=result.posting_id),
+            reversed_by=reversed_by,
+            reversal_reason=reason[:255],
+        )
+    transfer.refresh_from_db()
+    logger.info("Transfer %s reversed by %s: %s", transfer.pk, reversed_by.email, reason)
+    return transfer
