@@ -62,7 +62,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             return
         await self._add_key(self.primary, account)
         await self.accept()
-        relay.ensure_sweeper()
+        relay.ensure_relay()
         self.tasks = [asyncio.create_task(self._watch_keys()), asyncio.create_task(self._max_age())]
 
     async def disconnect(self, code) -> None:

@@ -1,10 +1,11 @@
 """The relay: change-feed rows to the websocket consumers, at least once and in order.
 
-- Fast path: right after a posting commits, the committing process sends its rows to the account's
-  group (and to its master's, when the master is whitelisted) and marks them published. It does so
-  only where the channel layer is shared (Redis) or in the server process itself: the embedded
-  in-memory layer exists in one process, so another process (`manage.py deposit`) leaves its rows
-  to the server.
+- Fast path: right after a posting commits, the committing process hands it to its publisher (an
+  event loop: the server's, or a daemon thread's in processes without websockets), which sends the
+  rows to the account's group (and to its master's, when the master is whitelisted) in batches and
+  marks them published. Only where the channel layer is shared (Redis) or in the server process
+  itself: the embedded in-memory layer exists in one process, so another process
+  (`manage.py deposit`) leaves its rows to the server.
 - Sweeper: an asyncio task in each server process publishes rows still unpublished after
   STREAM_SWEEP_GRACE_SECONDS (a process that crashed between commit and publish, or another
   process in the embedded default).
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections import defaultdict
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
@@ -52,17 +54,37 @@ def fast_path_enabled() -> bool:
     return layer is not None and (_server_process or not isinstance(layer, InMemoryChannelLayer))
 
 
+_precision_cache: dict[str, int] = {}
+_audience_cache: dict[int, tuple[float, str, list[int]]] = {}
+AUDIENCE_TTL_SECONDS = 5.0
+
+
 def _precisions(codes) -> dict[str, int]:
-    return dict(Asset.objects.filter(code__in=set(codes)).values_list("code", "transfer_precision"))
+    codes = set(codes)
+    missing = codes - _precision_cache.keys()
+    if missing:
+        _precision_cache.update(Asset.objects.filter(code__in=missing).values_list("code", "transfer_precision"))
+    return {code: _precision_cache.get(code, 8) for code in codes}
 
 
 def _audiences(account_ids) -> dict[int, tuple[str, list[int]]]:
     """Per account: its e-mail and the groups its events go to (its own; its master's when the
-    master is whitelisted)."""
-    rows = User.objects.filter(pk__in=set(account_ids)).values_list(
-        "pk", "email", "master_id", "master__is_whitelisted_master"
-    )
-    return {pk: (email, [pk] + ([master] if master and whitelisted else [])) for pk, email, master, whitelisted in rows}
+    master is whitelisted). Cached a few seconds: an operator's change of the whitelisted flag
+    reaches the stream within AUDIENCE_TTL_SECONDS."""
+    now = time.monotonic()
+    wanted = set(account_ids)
+    stale = {a for a in wanted if a not in _audience_cache or _audience_cache[a][0] < now}
+    if stale:
+        rows = User.objects.filter(pk__in=stale).values_list(
+            "pk", "email", "master_id", "master__is_whitelisted_master"
+        )
+        for pk, email, master, whitelisted in rows:
+            _audience_cache[pk] = (
+                now + AUDIENCE_TTL_SECONDS,
+                email,
+                [pk] + ([master] if master and whitelisted else []),
+            )
+    return {a: (_audience_cache[a][1], _audience_cache[a][2]) for a in wanted if a in _audience_cache}
 
 
 def messages_for(rows_by_account: dict[int, list[dict]]) -> list[tuple[str, dict]]:
@@ -75,15 +97,12 @@ def messages_for(rows_by_account: dict[int, list[dict]]) -> list[tuple[str, dict
     return messages
 
 
-def publish_posting(result: PostingResult) -> None:
-    """The fast path (a ledger after-commit listener)."""
-    if not fast_path_enabled():
-        return
-    try:
-        precision = _precisions(b.asset for b in result.balances)
+def _result_messages(results: list[PostingResult]) -> list[tuple[str, dict]]:
+    precision = _precisions(b.asset for r in results for b in r.balances)
+    by_account: dict[int, list[dict]] = defaultdict(list)
+    for result in results:
         created_ms = fmt.millis(result.created_at)
-        by_account: dict[int, list[dict]] = defaultdict(list)
-        for b in sorted(result.balances, key=lambda b: (b.account_id, b.seq)):
+        for b in result.balances:
             by_account[b.account_id].append(
                 row_payload(
                     seq=b.seq,
@@ -98,15 +117,92 @@ def publish_posting(result: PostingResult) -> None:
                     created_ms=created_ms,
                 )
             )
-        layer = get_channel_layer()
-        for group, message in messages_for(by_account):
-            async_to_sync(layer.group_send)(group, message)
-        BalanceChange.objects.filter(posting_id=result.posting_id, published_at__isnull=True).update(
-            published_at=timezone.now()
-        )
+    for rows in by_account.values():
+        rows.sort(key=lambda row: row["seq"])
+    return messages_for(by_account)
+
+
+def _mark_postings_published(posting_ids: list[int]) -> None:
+    BalanceChange.objects.filter(posting_id__in=posting_ids, published_at__isnull=True).update(
+        published_at=timezone.now()
+    )
+
+
+class Publisher:
+    """Publishes committed postings from one event loop, in batches. Postings are handed over from
+    any thread in microseconds (`submit`), so a posting never waits for Redis; what a crash loses
+    from the queue the sweeper publishes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def alive(self) -> bool:
+        return self.loop.is_running() and not self.loop.is_closed()
+
+    def submit(self, result: PostingResult) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, result)
+
+    async def run(self) -> None:
+        while True:
+            batch = [await self.queue.get()]
+            while not self.queue.empty() and len(batch) < 500:
+                batch.append(self.queue.get_nowait())
+            try:
+                messages = await database_sync_to_async(_result_messages)(batch)
+                layer = get_channel_layer()
+                for group, message in messages:
+                    await layer.group_send(group, message)
+                await database_sync_to_async(_mark_postings_published)([r.posting_id for r in batch])
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Publishing %s postings failed; the sweeper will deliver them", len(batch))
+
+
+_server_publisher: Publisher | None = None
+_thread_publisher: Publisher | None = None
+_thread_lock = threading.Lock()
+
+
+def _start_thread_publisher() -> Publisher:
+    """A daemon thread with its own event loop (processes without websockets: gunicorn, Celery)."""
+    global _thread_publisher
+    with _thread_lock:
+        if _thread_publisher is not None and _thread_publisher.alive():
+            return _thread_publisher
+        ready = threading.Event()
+        holder: dict = {}
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            publisher = Publisher(loop)
+            holder["publisher"] = publisher
+            loop.call_soon(ready.set)
+            loop.run_until_complete(publisher.run())
+
+        threading.Thread(target=main, name="stream-publisher", daemon=True).start()
+        ready.wait(5)
+        _thread_publisher = holder["publisher"]
+        return _thread_publisher
+
+
+def publish_posting(result: PostingResult) -> None:
+    """The fast path (a ledger after-commit listener): hand the posting to this process's publisher."""
+    if not fast_path_enabled():
+        return
+    server = _server_publisher
+    if server is not None and server.alive():
+        server.submit(result)
+        return
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return  # the embedded layer lives in the server process: its sweeper publishes these rows
+    try:
+        _start_thread_publisher().submit(result)
     except Exception:
-        # The rows stay unpublished; the sweeper will deliver them.
-        logger.exception("Fast-path publish of posting %s failed", result.posting_id)
+        logger.exception("Could not hand posting %s to the publisher; the sweeper will", result.posting_id)
 
 
 # --- reading the change feed -------------------------------------------------------------------
@@ -190,10 +286,19 @@ async def _sweep_forever() -> None:
         await asyncio.sleep(settings.STREAM_SWEEP_SECONDS)
 
 
-def ensure_sweeper() -> None:
-    """Start this process's sweeper in the running event loop (once)."""
-    global _sweeper
-    if not settings.STREAM_SWEEPER_ENABLED:
-        return
-    if _sweeper is None or _sweeper.done():
-        _sweeper = asyncio.get_running_loop().create_task(_sweep_forever())
+_publisher_task: asyncio.Task | None = None
+
+
+def ensure_relay() -> None:
+    """In the server's event loop (called when a websocket connects): start this process's
+    publisher and, unless disabled, its sweeper (once per loop)."""
+    global _sweeper, _server_publisher, _publisher_task
+    loop = asyncio.get_running_loop()
+    if _server_publisher is None or _server_publisher.loop is not loop or _publisher_task.done():
+        _server_publisher = Publisher(loop)
+        _publisher_task = loop.create_task(_server_publisher.run())
+    if settings.STREAM_SWEEPER_ENABLED and (_sweeper is None or _sweeper.done() or _sweeper.get_loop() is not loop):
+        _sweeper = loop.create_task(_sweep_forever())
+
+
+ensure_sweeper = ensure_relay

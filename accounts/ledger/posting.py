@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -149,6 +149,11 @@ def post(
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
     would take a customer balance below zero, IntegrityError when `reference` was used before."""
+    with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
+        return _post(legs, kind, reference, memo, actor_id)
+
+
+def _post(legs, kind, reference, memo, actor_id) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
@@ -161,19 +166,42 @@ def post(
     now = timezone.now()
     vendor_lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
 
+    for attempt in (1, 2):
+        try:
+            return _post_locked(
+                totals, kind, reference, memo, actor_id, account_ids, pairs, changes_per_account, now, vendor_lock
+            )
+        except _MissingLedgerAccounts:
+            # Our savepoint is rolled back, so no lock of this posting is held while the rows are
+            # created: creating them under other accounts' locks could deadlock with a twin posting.
+            if attempt == 2:
+                raise ValueError(f"Unknown account among {account_ids}") from None
+            _open_ledger_accounts(account_ids)
+    raise AssertionError("unreachable")
+
+
+class _MissingLedgerAccounts(Exception):
+    pass
+
+
+def _open_ledger_accounts(account_ids: list[int]) -> None:
+    """Create missing ledger rows (accounts normally get theirs when they are created)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO accounts_ledgeraccount (user_id, seq, allow_negative) SELECT id, 0, FALSE FROM accounts_user"
+            " WHERE id IN (" + ", ".join(["%s"] * len(account_ids)) + ") ORDER BY id ON CONFLICT (user_id) DO NOTHING",
+            account_ids,
+        )
+
+
+def _post_locked(
+    totals, kind, reference, memo, actor_id, account_ids, pairs, changes_per_account, now, vendor_lock
+) -> PostingResult:
     with transaction.atomic():
         cursor = connection.cursor()
         accounts = _lock_accounts(cursor, account_ids, vendor_lock)
         if len(accounts) < len(account_ids):
-            cursor.execute(
-                "INSERT INTO accounts_ledgeraccount (user_id, seq, allow_negative) VALUES "
-                + _placeholders(len(account_ids), 3)
-                + " ON CONFLICT (user_id) DO NOTHING",
-                [v for account in account_ids for v in (account, 0, False)],
-            )
-            accounts = _lock_accounts(cursor, account_ids, vendor_lock)
-            if len(accounts) < len(account_ids):
-                raise ValueError(f"Unknown account among {account_ids}")
+            raise _MissingLedgerAccounts()
 
         cursor.execute(
             "UPDATE accounts_ledgeraccount SET seq = seq + CASE user_id "
