@@ -274,7 +274,9 @@ def withdrawal_apply(
 def _enqueue_after_commit(withdrawal_id: int) -> None:
     from wallet.tasks import withdrawal_process_task
 
-    transaction.on_commit(lambda: withdrawal_process_task.delay(withdrawal_id))
+    # robust: if the broker is down the withdrawal still stands (it is committed and held);
+    # wallet.retry_stuck_withdrawals hands it to a worker later.
+    transaction.on_commit(lambda: withdrawal_process_task.delay(withdrawal_id), robust=True)
 
 
 def _transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> bool:
@@ -289,8 +291,8 @@ def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
     """Broadcast and settle. Safe to run twice or after a crash at any point."""
     from django.db.models import F
 
-    if _transition(withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.BROADCASTING):
-        Withdrawal.objects.filter(pk=withdrawal_id).update(attempts=F("attempts") + 1)
+    _transition(withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.BROADCASTING)
+    Withdrawal.objects.filter(pk=withdrawal_id, stage=WithdrawalStage.BROADCASTING).update(attempts=F("attempts") + 1)
     withdrawal = Withdrawal.objects.select_related("network__coin").get(pk=withdrawal_id)
     if withdrawal.stage != WithdrawalStage.BROADCASTING:
         return withdrawal  # settled already, or waiting for an operator
@@ -379,15 +381,18 @@ def withdrawal_retry(*, withdrawal: Withdrawal) -> None:
 
 
 def withdrawals_retry_stuck() -> int:
-    cutoff = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_RETRY_AFTER_SECONDS)
-    stuck = list(
-        Withdrawal.objects.filter(
-            stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING], updated_at__lt=cutoff
-        ).values_list("pk", flat=True)
-    )
-    for pk in stuck:
-        _enqueue_after_commit(pk)
-    return len(stuck)
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.WITHDRAWAL_RETRY_AFTER_SECONDS)
+    candidates = Withdrawal.objects.filter(
+        stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING], updated_at__lt=cutoff
+    ).values_list("pk", flat=True)
+    handed = 0
+    for pk in list(candidates):
+        # Claim it (compare-and-set on updated_at) so the next run does not send it again.
+        if Withdrawal.objects.filter(pk=pk, updated_at__lt=cutoff).update(updated_at=now):
+            _enqueue_after_commit(pk)
+            handed += 1
+    return handed
 
 
 def withdrawals_refresh_confirmations() -> None:

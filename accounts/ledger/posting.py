@@ -145,15 +145,25 @@ def _decimal(value) -> Decimal:
 
 
 def post(
-    *, legs: Iterable[Leg], kind: BusinessType | str, reference: str, memo: str = "", actor_id: int | None = None
+    *,
+    legs: Iterable[Leg],
+    kind: BusinessType | str,
+    reference: str,
+    memo: str = "",
+    actor_id: int | None = None,
+    guard: Callable[[], None] | None = None,
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
-    would take a customer balance below zero, IntegrityError when `reference` was used before."""
+    would take a customer balance below zero, IntegrityError when `reference` was used before.
+
+    `guard`, when given, runs once every account of the posting is locked and before anything is
+    written: checks that must see all earlier movements of these accounts (limits, duplicate client
+    ids) go there, so callers never take locks of their own out of the global order."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
-        return _post(legs, kind, reference, memo, actor_id)
+        return _post(legs, kind, reference, memo, actor_id, guard)
 
 
-def _post(legs, kind, reference, memo, actor_id) -> PostingResult:
+def _post(legs, kind, reference, memo, actor_id, guard=None) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
@@ -169,7 +179,17 @@ def _post(legs, kind, reference, memo, actor_id) -> PostingResult:
     for attempt in (1, 2):
         try:
             return _post_locked(
-                totals, kind, reference, memo, actor_id, account_ids, pairs, changes_per_account, now, vendor_lock
+                totals,
+                kind,
+                reference,
+                memo,
+                actor_id,
+                account_ids,
+                pairs,
+                changes_per_account,
+                now,
+                vendor_lock,
+                guard,
             )
         except _MissingLedgerAccounts:
             # Our savepoint is rolled back, so no lock of this posting is held while the rows are
@@ -195,13 +215,15 @@ def _open_ledger_accounts(account_ids: list[int]) -> None:
 
 
 def _post_locked(
-    totals, kind, reference, memo, actor_id, account_ids, pairs, changes_per_account, now, vendor_lock
+    totals, kind, reference, memo, actor_id, account_ids, pairs, changes_per_account, now, vendor_lock, guard
 ) -> PostingResult:
     with transaction.atomic():
         cursor = connection.cursor()
         accounts = _lock_accounts(cursor, account_ids, vendor_lock)
         if len(accounts) < len(account_ids):
             raise _MissingLedgerAccounts()
+        if guard is not None:
+            guard()
 
         cursor.execute(
             "UPDATE accounts_ledgeraccount SET seq = seq + CASE user_id "

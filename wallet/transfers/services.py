@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from accounts import ledger
 from accounts.ledger.models import Asset, BusinessType, Posting
 from accounts.limits import limit_blocks, tier_for
-from accounts.models import LedgerAccount, SystemRole, User
+from accounts.models import SystemRole, User
 from accounts.selectors import user_get_by_address
 from exchange.api.errors import UserNotFound
 from wallet import errors
@@ -62,15 +62,19 @@ def transfer_create(
         legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
     try:
         with transaction.atomic():
-            # The sender's ledger row serializes its transfers: the limit check sees them all.
-            list(LedgerAccount.objects.select_for_update().filter(user=sender).values_list("pk", flat=True))
-            _check_limits(sender, asset, amount + fee)
-            if (
-                client_transfer_id is not None
-                and Transfer.objects.filter(sender=sender, client_transfer_id=client_transfer_id).exists()
-            ):
-                raise errors.duplicate("client_transfer_id")
+
+            def guard() -> None:
+                # Runs with the sender's (and every other) ledger row locked: the limit check and
+                # the duplicate check see every earlier transfer of this sender.
+                _check_limits(sender, asset, amount + fee)
+                if (
+                    client_transfer_id is not None
+                    and Transfer.objects.filter(sender=sender, client_transfer_id=client_transfer_id).exists()
+                ):
+                    raise errors.duplicate("client_transfer_id")
+
             result = ledger.post(
+                guard=guard,
                 legs=legs,
                 kind=BusinessType.P2P_TRANSFER,
                 reference=f"transfer:{sender.pk}:{client_transfer_id}"
