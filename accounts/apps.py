@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_delete, post_save
+from django.db.models.signals import post_delete, post_migrate, post_save
 
 
 def _invalidate_keyring(sender, instance, **kwargs) -> None:
@@ -15,6 +15,12 @@ def _open_ledger_account(sender, instance, created, **kwargs) -> None:
         LedgerAccount.objects.get_or_create(user=instance)
 
 
+def _seed(**kwargs) -> None:
+    from accounts.seed import seed_defaults
+
+    seed_defaults()
+
+
 class AccountsConfig(AppConfig):
     name = "accounts"
     verbose_name = "Accounts and API keys"
@@ -27,6 +33,9 @@ class AccountsConfig(AppConfig):
         # Every account gets its ledger row when it is created, so postings never have to insert one
         # while holding other accounts' locks.
         post_save.connect(_open_ledger_account, sender=User, dispatch_uid="ledger-account-open")
+        # The default limit tier and the system accounts exist after every migrate (and after a
+        # test database flush, which re-sends post_migrate).
+        post_migrate.connect(_seed, sender=self, dispatch_uid="accounts-seed")
         for model in (ApiKey, User):
             post_save.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-save-{model.__name__}")
             post_delete.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-delete-{model.__name__}")

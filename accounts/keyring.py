@@ -98,9 +98,10 @@ class KeyringCache:
         self._lock = threading.Lock()
         self._keyrings: OrderedDict[int, Keyring] = OrderedDict()
         self._owner: dict[str, int] = {}  # api key -> user id
-        # Bumped by every eviction: a load that overlapped one may hold pre-change rows, so it is
-        # used for its own request but not cached.
-        self._generation = 0
+        # Bumped by evictions (per account, and all at once by clear): a load that overlapped one may
+        # hold pre-change rows, so it is used for its own request but not cached.
+        self._epoch = 0
+        self._generation: dict[int, int] = {}
         self._subscriber: threading.Thread | None = None
         self._subscribed = threading.Event()
 
@@ -112,9 +113,9 @@ class KeyringCache:
                 return ring
         return None
 
-    def _put(self, ring: Keyring, generation: int) -> None:
+    def _put(self, ring: Keyring, generation: tuple[int, int]) -> None:
         with self._lock:
-            if generation != self._generation:
+            if generation != (self._epoch, self._generation.get(ring.user_id, 0)):
                 return
             self._keyrings[ring.user_id] = ring
             self._keyrings.move_to_end(ring.user_id)
@@ -130,7 +131,7 @@ class KeyringCache:
         ring = self._get(user_id)
         if ring is None:
             with self._lock:
-                generation = self._generation
+                generation = (self._epoch, self._generation.get(user_id, 0))
             ring = _load(user_id)
             if ring is not None:
                 self._put(ring, generation)
@@ -162,7 +163,7 @@ class KeyringCache:
 
     def evict(self, user_id: int) -> None:
         with self._lock:
-            self._generation += 1
+            self._generation[user_id] = self._generation.get(user_id, 0) + 1
             ring = self._keyrings.pop(user_id, None)
             if ring is not None:
                 for record in ring.keys:
@@ -170,7 +171,8 @@ class KeyringCache:
 
     def clear(self) -> None:
         with self._lock:
-            self._generation += 1
+            self._epoch += 1
+            self._generation.clear()
             self._keyrings.clear()
             self._owner.clear()
 

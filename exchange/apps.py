@@ -8,6 +8,8 @@ class ExchangeConfig(AppConfig):
 
     def ready(self) -> None:
         from exchange.roles import sync_roles
+        from exchange.services import business_status_seed
 
         # After the last app's permissions exist; idempotent.
         post_migrate.connect(sync_roles, dispatch_uid="exchange.sync_roles")
+        post_migrate.connect(business_status_seed, sender=self, dispatch_uid="exchange.business_status_seed")

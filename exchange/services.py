@@ -57,3 +57,11 @@ def business_status_set(*, business_type: str, is_on: bool, updated_by=None) -> 
         business_type=business_type, defaults={"is_on": is_on, "updated_by": updated_by}
     )
     return status
+
+
+def business_status_seed(**_kwargs) -> None:
+    """SPOT and CONVERT rows exist (on) after every migrate; operators switch them in the admin."""
+    from exchange.models import BusinessType
+
+    for business_type in BusinessType.values:
+        BusinessStatus.objects.get_or_create(business_type=business_type, defaults={"is_on": True})

@@ -49,11 +49,24 @@ def _stream_accounts(account_id: int) -> dict[int, int]:
     return {account: seqs.get(account, 0) for account in accounts}
 
 
+def _whitelisted_master_of(account_id: int) -> int | None:
+    return (
+        User.objects.filter(pk=account_id, master__is_whitelisted_master=True)
+        .values_list("master_id", flat=True)
+        .first()
+    )
+
+
+def _email(account_id: int) -> str:
+    return User.objects.filter(pk=account_id).values_list("email", flat=True).first() or ""
+
+
 class UserDataConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
         self.keys: dict[str, int] = {}  # listenKey -> account
         self.last_seq: dict[int, int] = {}  # account whose events we pass on -> last sequence sent
+        self.owner_of: dict[int, int] = {}  # account whose events we pass on -> own account that brought it
         self.tasks: list[asyncio.Task] = []
         self.lock = asyncio.Lock()
         account = await _owner(self.primary)
@@ -83,7 +96,9 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         if first_of_account:
             await self.channel_layer.group_add(relay.account_group(account), self.channel_name)
             for watched, seq in (await _stream_accounts(account)).items():
-                self.last_seq.setdefault(watched, seq)
+                # From now on: what happened before (or while unsubscribed) is history.
+                self.last_seq[watched] = seq
+                self.owner_of[watched] = account
 
     async def _drop_key(self, key: str) -> None:
         account = self.keys.pop(key, None)
@@ -92,6 +107,9 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_discard(key_group(key), self.channel_name)
         if self._account_refs(account) == 0:
             await self.channel_layer.group_discard(relay.account_group(account), self.channel_name)
+            for watched in [w for w, owner in self.owner_of.items() if owner == account]:
+                del self.owner_of[watched]
+                self.last_seq.pop(watched, None)
 
     async def receive_json(self, content, **kwargs) -> None:
         request_id = content.get("id") if isinstance(content, dict) else None
@@ -148,6 +166,20 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             for key in list(self.keys):
                 if await _owner(key) is None:
                     await self._key_dead(key)
+                    if key == self.primary:
+                        return
+            await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """Backstop for messages the channel layer dropped (a full channel): anything committed
+        beyond what we sent is read from the change feed."""
+        if not self.last_seq:
+            return
+        current = await database_sync_to_async(relay.current_seqs)(list(self.last_seq))
+        for account, seq in current.items():
+            last = self.last_seq.get(account)
+            if last is not None and seq > last:
+                await self.ledger_changes({"account": account, "rows": [], "email": None, "catch_up_to": seq})
 
     async def _max_age(self) -> None:
         await asyncio.sleep(settings.STREAM_MAX_CONNECTION_SECONDS)
@@ -169,15 +201,21 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
 
     async def ledger_changes(self, message) -> None:
         account = message["account"]
-        own_accounts = set(self.keys.values())
-        email = None if account in own_accounts else message["email"]
         async with self.lock:  # one message at a time, so the sequence check holds
             rows = message["rows"]
-            last = self.last_seq.get(account)
-            if last is None:  # a sub-account created after we connected
-                last = rows[0]["seq"] - 1
-            if rows and rows[0]["seq"] > last + 1:
-                gap = await database_sync_to_async(relay.rows_between)(account, last + 1, rows[0]["seq"] - 1)
+            owner = self.owner_of.get(account)
+            if owner is None:
+                own = set(self.keys.values())
+                master = await database_sync_to_async(_whitelisted_master_of)(account)
+                if master not in own or not rows:
+                    return  # no longer (or never) ours: a key closed while this was in flight
+                owner = self.owner_of[account] = master  # a sub-account created after we connected
+                self.last_seq[account] = rows[0]["seq"] - 1
+            email = None if owner == account else (message["email"] or await database_sync_to_async(_email)(account))
+            last = self.last_seq[account]
+            upto = rows[0]["seq"] - 1 if rows else message.get("catch_up_to", last)
+            if upto > last:
+                gap = await database_sync_to_async(relay.rows_between)(account, last + 1, upto)
                 rows = gap + rows
             fresh = [row for row in rows if row["seq"] > last]
             if not fresh:

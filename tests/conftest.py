@@ -28,8 +28,22 @@ def _fresh_rate_limits():
     keyrings.clear()
     forget_asset_ids()  # the database is rolled back between tests; ids are not reused
     forget_cached_ids()
+    _clear_listen_keys()  # account ids restart in a new test database: old keys would point at them
     yield
     ratelimit.storage().reset()
+
+
+def _clear_listen_keys() -> None:
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = list(client.scan_iter("streams:*", count=1000))
+    if keys:
+        client.delete(*keys)
 
 
 def now_ms() -> int:

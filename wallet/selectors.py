@@ -76,7 +76,11 @@ def deposit_list(
     if statuses is not None:
         deposits = deposits.filter(status__in=statuses)
     if deposit_id is not None:
-        deposits = deposits.filter(pk=int(deposit_id)) if deposit_id.isdigit() else deposits.none()
+        deposits = (
+            deposits.filter(pk=int(deposit_id))
+            if deposit_id.isascii() and deposit_id.isdigit() and len(deposit_id) < 19
+            else deposits.none()
+        )
     return [
         {
             "id": str(d.pk),

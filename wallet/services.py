@@ -7,6 +7,7 @@ so a task that runs twice (or a worker that died mid-task) settles exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import timedelta
 from decimal import Decimal
@@ -243,6 +244,11 @@ def withdrawal_apply(
             # the hold see each other.
             LedgerAccount.objects.select_for_update().get_or_create(user=account)
             _check_limits(account, net, amount + fee)
+            if (
+                withdraw_order_id
+                and Withdrawal.objects.filter(account=account, withdraw_order_id=withdraw_order_id).exists()
+            ):
+                raise errors.duplicate("withdrawOrderId")
             withdrawal = Withdrawal.objects.create(
                 account=account,
                 network=net,
@@ -309,45 +315,56 @@ def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
     return _succeed(withdrawal, tx_id)
 
 
-def _succeed(withdrawal: Withdrawal, tx_id: str) -> Withdrawal:
-    coin = withdrawal.network.coin.code
-    with transaction.atomic():
-        if _transition(
-            withdrawal.pk, from_stages=[WithdrawalStage.BROADCASTING], to_stage=WithdrawalStage.SUCCEEDED, tx_id=tx_id
-        ):
-            legs = ledger.settle(
-                withdrawal.account_id, ledger.system_account_id(SystemRole.WORLD), coin, withdrawal.amount
-            )
-            if withdrawal.fee > 0:
-                legs += ledger.settle(
-                    withdrawal.account_id, ledger.system_account_id(SystemRole.FEES), coin, withdrawal.fee
-                )
-            ledger.post(
-                legs=legs,
-                kind=BusinessType.CHAIN_WITHDRAWAL,
-                reference=f"withdrawal:{withdrawal.pk}:settle",
-                memo=f"{withdrawal.network} {tx_id}",
-            )
+class _LostRace(Exception):
+    """Another run made this transition first: nothing to post."""
+
+
+def _settle_once(
+    withdrawal: Withdrawal, *, legs, reference: str, memo: str, from_stages, to_stage: str, **fields
+) -> Withdrawal:
+    """Post `legs` if and only if this call moves the withdrawal from `from_stages` to `to_stage`.
+    The transition runs as the posting's guard, under the account locks, so it takes its locks in
+    the same order as withdrawal_apply (account first, then the withdrawal)."""
+
+    def guard() -> None:
+        if not _transition(withdrawal.pk, from_stages=from_stages, to_stage=to_stage, **fields):
+            raise _LostRace()
+
+    with contextlib.suppress(_LostRace):
+        ledger.post(legs=legs, kind=BusinessType.CHAIN_WITHDRAWAL, reference=reference, memo=memo[:255], guard=guard)
     withdrawal.refresh_from_db()
     return withdrawal
+
+
+def _succeed(withdrawal: Withdrawal, tx_id: str) -> Withdrawal:
+    coin = withdrawal.network.coin.code
+    legs = ledger.settle(withdrawal.account_id, ledger.system_account_id(SystemRole.WORLD), coin, withdrawal.amount)
+    if withdrawal.fee > 0:
+        legs += ledger.settle(withdrawal.account_id, ledger.system_account_id(SystemRole.FEES), coin, withdrawal.fee)
+    return _settle_once(
+        withdrawal,
+        legs=legs,
+        reference=f"withdrawal:{withdrawal.pk}:settle",
+        memo=f"{withdrawal.network} {tx_id}",
+        from_stages=[WithdrawalStage.BROADCASTING],
+        to_stage=WithdrawalStage.SUCCEEDED,
+        tx_id=tx_id,
+    )
 
 
 def _fail(
     withdrawal: Withdrawal, *, info: str, decided_by: User | None = None, from_stages=(WithdrawalStage.BROADCASTING,)
 ) -> Withdrawal:
-    coin = withdrawal.network.coin.code
-    with transaction.atomic():
-        if _transition(
-            withdrawal.pk, from_stages=from_stages, to_stage=WithdrawalStage.FAILED, info=info, decided_by=decided_by
-        ):
-            ledger.post(
-                legs=ledger.release(withdrawal.account_id, coin, withdrawal.amount + withdrawal.fee),
-                kind=BusinessType.CHAIN_WITHDRAWAL,
-                reference=f"withdrawal:{withdrawal.pk}:release",
-                memo=info[:255],
-            )
-    withdrawal.refresh_from_db()
-    return withdrawal
+    return _settle_once(
+        withdrawal,
+        legs=ledger.release(withdrawal.account_id, withdrawal.network.coin.code, withdrawal.amount + withdrawal.fee),
+        reference=f"withdrawal:{withdrawal.pk}:release",
+        memo=info,
+        from_stages=from_stages,
+        to_stage=WithdrawalStage.FAILED,
+        info=info,
+        decided_by=decided_by,
+    )
 
 
 def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdrawal:

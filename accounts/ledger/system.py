@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from accounts.models import LedgerAccount, SystemRole, User
 
@@ -21,8 +21,9 @@ def system_account_id(role: SystemRole | str) -> int:
     found = _ids.get(role)
     if found is None:
         found = _ensure(role)
-        with _lock:
-            _ids[role] = found
+        if not connection.in_atomic_block:  # only a committed account may be remembered
+            with _lock:
+                _ids[role] = found
     return found
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ from exchange.api.errors import (
     UnsupportedOperation,
 )
 from exchange.api.params import RECV_WINDOW, TIMESTAMP
+
+logger = logging.getLogger(__name__)
 
 API_KEY_HEADER = "X-SERVICE-APIKEY"
 SIGNATURE_HEADER = "X-SERVICE-SIGNATURE"
@@ -162,6 +166,22 @@ def check_timing(timestamp: int, recv_window: int, now_ms: int | None = None) ->
         )
 
 
+def refuse_replay(key: str, signature: str, valid_until_ms: int) -> None:
+    """A signed write is accepted once: its signature is remembered until its timestamp leaves the
+    window, so a captured request cannot be sent again (a transfer without client id would move money
+    twice). Reads may be repeated. If the limit storage is down the check is skipped (logged)."""
+    from exchange.api import ratelimit
+
+    seconds = max(1, math.ceil((valid_until_ms - server_time_ms()) / 1000) + 1)
+    try:
+        seen = ratelimit.counters().incr(f"exchange/signature/{key}/{signature}", seconds)
+    except ratelimit.STORAGE_ERRORS:
+        logger.exception("Replay check skipped: limit storage unavailable")
+        return
+    if seen > 1:
+        raise InvalidSignature(msg="This signature was used before: sign every request anew (replay refused).")
+
+
 def ip_allowed(ip: str, entries: list[str]) -> bool:
     try:
         address = ipaddress.ip_address(ip)
@@ -227,6 +247,8 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
         candidates = signature_candidates(raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp)
         verify_signature(decrypt_secret(api_key.secret_ciphertext), provided, candidates)
         check_timing(timestamp, recv_window)
+        if endpoint.writes:
+            refuse_replay(api_key.key, provided.lower(), timestamp + recv_window)
 
     account = keyring.account()
     if not api_key.is_enabled or not account.is_active:

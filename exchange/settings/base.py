@@ -205,7 +205,14 @@ CELERY_BEAT_SCHEDULE: dict = {
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)
 
 if REDIS_URL:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # A slow consumer's channel holds up to STREAM_CHANNEL_CAPACITY messages; beyond that channels_redis
+    # drops them and the consumer's periodic catch-up reads the change feed instead.
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": env.int("STREAM_CHANNEL_CAPACITY", default=5000)},
+        }
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

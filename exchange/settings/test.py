@@ -12,7 +12,14 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/15")
 RATE_LIMIT_STORAGE_URL = REDIS_URL
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = True
-CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+# A slow consumer's channel holds up to STREAM_CHANNEL_CAPACITY messages; beyond that channels_redis
+# drops them and the consumer's periodic catch-up reads the change feed instead.
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "capacity": env.int("STREAM_CHANNEL_CAPACITY", default=5000)},
+    }
+}
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import re
+
 from django.db.models import Q
 
 from accounts.models import User
 from exchange.api import formatting as fmt
 from wallet.models import Transfer
+
+_ID = re.compile(r"[0-9]{1,18}")
 
 
 def _address(user: User) -> str:
@@ -60,7 +64,7 @@ def transfer_get(
 ) -> Transfer | None:
     transfers = _visible(user)
     if transfer_id is not None:
-        return transfers.filter(pk=int(transfer_id)).first() if transfer_id.isdigit() else None
+        return transfers.filter(pk=int(transfer_id)).first() if _ID.fullmatch(transfer_id) else None
     return transfers.filter(sender=user, client_transfer_id=client_transfer_id).first()
 
 

@@ -79,7 +79,7 @@ def transfer_create(
                 kind=BusinessType.P2P_TRANSFER,
                 reference=f"transfer:{sender.pk}:{client_transfer_id}"
                 if client_transfer_id is not None
-                else f"transfer:{sender.pk}:auto:{_next_auto_id()}",
+                else f"transfer-auto:{_next_auto_id()}",
                 memo=message[:255],
             )
             return Transfer.objects.create(
@@ -121,7 +121,7 @@ def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> T
         result = ledger.post(
             legs=legs,
             kind=BusinessType.P2P_TRANSFER,
-            reference=f"transfer:{transfer.pk}:reversal",
+            reference=f"transfer-reversal:{transfer.pk}",
             memo=f"reversal by {reversed_by.email}: {reason}"[:255],
             actor_id=reversed_by.pk,
         )

@@ -9,6 +9,7 @@ refuses to run under production settings.
 """
 
 import json
+import os
 from decimal import Decimal
 
 from django.conf import settings
@@ -125,7 +126,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print the demo accounts and keys as JSON.")
 
     def handle(self, *args, **options):
-        if settings.SETTINGS_MODULE.endswith("production"):
+        if (settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE", "")).endswith("production"):
             raise CommandError("The demo world is not for production.")
         with transaction.atomic():
             master = _user(**MASTER)

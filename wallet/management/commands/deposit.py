@@ -12,6 +12,7 @@ from exchange.api.errors import ExchangeError
 from wallet import services
 from wallet.chain import adapter
 from wallet.chain.simulator import send_to
+from wallet.models import SimTransaction
 
 
 class Command(BaseCommand):
@@ -42,9 +43,15 @@ class Command(BaseCommand):
         except ExchangeError as exc:
             raise CommandError(exc.msg) from exc
         network = address.network
-        tx = send_to(
-            network=network.network, address=address.address, tag=address.tag, amount=amount, tx_id=options["tx_id"]
-        )
+        tx = None
+        if options["tx_id"]:  # the same transaction again: record it again (idempotent), never a second one
+            tx = SimTransaction.objects.filter(network=network.network, tx_id=options["tx_id"], output_index=0).first()
+            if tx is not None and (tx.address, tx.tag, tx.amount) != (address.address, address.tag, amount):
+                raise CommandError(f"Transaction {options['tx_id']} exists with another address or amount.")
+        if tx is None:
+            tx = send_to(
+                network=network.network, address=address.address, tag=address.tag, amount=amount, tx_id=options["tx_id"]
+            )
         if options["confirm"]:
             from wallet.chain.simulator import advance_blocks
 

@@ -1,0 +1,21 @@
+"""Rows the service needs in every database: the default limit tier and the system accounts.
+Idempotent; run after every migrate (post_migrate)."""
+
+from decimal import Decimal
+
+from accounts.models import LimitTier, SystemRole, TierLimit
+
+DEFAULT_LIMITS = {"daily": Decimal("500000"), "monthly": Decimal("5000000"), "annually": Decimal("60000000")}
+
+
+def seed_defaults() -> None:
+    from accounts.ledger.system import system_account_id
+
+    if not LimitTier.objects.filter(is_default=True).exists():
+        tier = LimitTier.objects.create(name="Standard", currency="PHP", is_default=True)
+        for period, amount in DEFAULT_LIMITS.items():
+            TierLimit.objects.create(
+                tier=tier, period=period, cash_in_limit=amount, cash_out_limit=amount, total_withdraw_limit=amount
+            )
+    for role in SystemRole:
+        system_account_id(role)

@@ -1,0 +1,279 @@
+"""Transfers under real concurrency on PostgreSQL: real threads, each with its own database
+connection (closed at the thread's end), committing for real (transaction=True).
+
+- 1,000 transfers in a ring of 20 accounts (i sends to i+1) from 16 threads: only InsufficientBalance
+  may refuse one (the amounts can run an account short), money is conserved, every balance equals
+  its start plus what the Transfer rows say it received minus what it sent, the ledger check passes,
+  and nothing waits on a lock for long (no deadlock);
+- the same with a fee, so every posting also touches the fees account;
+- two accounts sending to each other at once (the classic lock-order deadlock);
+- the same client_transfer_id sent 50 times at once through the HTTP API moves money once.
+"""
+
+from __future__ import annotations
+
+import queue
+import random
+import threading
+import time
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+from django.db import connections
+
+from accounts import ledger
+from accounts.ledger.check import ledger_check
+from accounts.ledger.models import Asset, BusinessType, Posting
+from accounts.models import Balance, LimitPeriod, LimitTier, SystemRole, TierLimit, User
+from exchange.api.errors import ExchangeError, InsufficientBalance
+from tests.conftest import SignedClient, now_ms
+from wallet.models import Transfer, TransferFee
+from wallet.transfers import services
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ASSET = "RING"
+THREADS = 16
+DEADLINE_SECONDS = 150
+
+
+@pytest.fixture
+def ring_asset(db):
+    return Asset.objects.create(
+        code=ASSET, name="Ring test coin", transfer_precision=2, transfer_min_quantity=Decimal(1), reference_price=1
+    )
+
+
+@pytest.fixture
+def roomy_tier(db):
+    """Limits are checked on every transfer (from the journal) but never reached here."""
+    tier = LimitTier.objects.create(name="roomy", currency=ASSET)
+    big = Decimal(10**12)
+    for period in LimitPeriod.values:
+        TierLimit.objects.create(
+            tier=tier, period=period, cash_in_limit=big, cash_out_limit=big, total_withdraw_limit=big
+        )
+    return tier
+
+
+def make_accounts(make_user, tier, count: int, funds: Decimal, prefix: str) -> list[User]:
+    users = [make_user(email=f"{prefix}{i}@ring.test", phone=f"+63900{i:07d}" if i % 2 else None) for i in range(count)]
+    for user in users:
+        user.limit_tier = tier
+        user.save()
+    equity = ledger.system_account_id(SystemRole.EQUITY)
+    legs = [ledger.Leg(equity, ASSET, -funds * count)] + [ledger.Leg(u.pk, ASSET, funds) for u in users]
+    ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference=f"test:{prefix}:funding")
+    return users
+
+
+def free_of(account_id: int) -> Decimal:
+    row = Balance.objects.filter(account_id=account_id, asset__code=ASSET).first()
+    return row.free if row else Decimal(0)
+
+
+def run_transfers(jobs: list[tuple[int, int, Decimal, str]], users: list[User], threads: int = THREADS):
+    """jobs: (sender index, recipient index, amount, client id). Returns (outcomes, errors, slowest)."""
+    work: queue.Queue = queue.Queue()
+    for job in jobs:
+        work.put(job)
+    outcomes: Counter = Counter()
+    errors: list[str] = []
+    slowest = [0.0]
+    lock = threading.Lock()
+    ids = [u.pk for u in users]
+    addresses = [u.phone or u.email for u in users]
+    start = threading.Barrier(threads)
+
+    def worker():
+        try:
+            own = User.objects.in_bulk(ids)  # this thread's instances, on this thread's connection
+            start.wait()
+            while True:
+                try:
+                    sender, recipient, amount, client_id = work.get_nowait()
+                except queue.Empty:
+                    return
+                began = time.perf_counter()
+                try:
+                    services.transfer_create(
+                        sender=own[ids[sender]],
+                        asset_code=ASSET,
+                        target_address=addresses[recipient],
+                        amount=amount,
+                        client_transfer_id=client_id,
+                    )
+                    outcome = "ok"
+                except InsufficientBalance:
+                    outcome = "insufficient"
+                except Exception as exc:  # noqa: BLE001 - anything else fails the test
+                    outcome = "error"
+                    with lock:
+                        errors.append(f"{client_id}: {type(exc).__name__}: {exc}")
+                took = time.perf_counter() - began
+                with lock:
+                    outcomes[outcome] += 1
+                    slowest[0] = max(slowest[0], took)
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=worker, name=f"transfer-{i}") for i in range(threads)]
+    for thread in pool:
+        thread.start()
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    for thread in pool:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [thread.name for thread in pool if thread.is_alive()]
+    assert not stuck, f"threads still running after {DEADLINE_SECONDS}s (deadlock?): {stuck}"
+    return outcomes, errors, slowest[0]
+
+
+def assert_books(users: list[User], funds: Decimal, fee: Decimal = Decimal(0)) -> None:
+    """Every balance is its start plus received minus sent (amount + fee), per the Transfer rows."""
+    expected = {u.pk: funds for u in users}
+    fees_total = Decimal(0)
+    for sender, recipient, amount, charged in Transfer.objects.values_list("sender", "recipient", "amount", "fee"):
+        expected[sender] -= amount + charged
+        expected[recipient] += amount
+        fees_total += charged
+    actual = {u.pk: free_of(u.pk) for u in users}
+    assert actual == expected
+    assert all(value >= 0 for value in actual.values())
+    assert sum(actual.values()) + fees_total == funds * len(users)
+    assert fees_total == fee * Transfer.objects.count()
+    check = ledger_check()
+    assert check.ok, check.problems
+
+
+def test_ring_of_20_with_1000_concurrent_transfers(make_user, ring_asset, roomy_tier):
+    funds = Decimal(100)
+    users = make_accounts(make_user, roomy_tier, 20, funds, "ring")
+    rng = random.Random(20261122)
+    jobs = [(k % 20, (k + 1) % 20, Decimal(rng.randint(1, 30)), f"ring-{k}") for k in range(1000)]
+    started = time.perf_counter()
+    outcomes, errors, slowest = run_transfers(jobs, users)
+    elapsed = time.perf_counter() - started
+    assert errors == []
+    assert outcomes["ok"] + outcomes["insufficient"] == 1000
+    assert outcomes["ok"] > 500, outcomes  # the amounts run short sometimes, not mostly
+    assert Transfer.objects.count() == outcomes["ok"]
+    assert Posting.objects.filter(kind=BusinessType.P2P_TRANSFER).count() == outcomes["ok"]
+    assert_books(users, funds)
+    # No lock pile-up. (A ring of 20 from 16 threads cannot close a lock cycle even with the sender-first
+    # lock order: that takes 20 transfers in flight; the pair and fee tests below can.)
+    assert slowest < 30, f"slowest transfer took {slowest:.1f}s (of {elapsed:.1f}s)"
+
+
+def test_ring_with_a_fee_touching_the_fees_account(make_user, ring_asset, roomy_tier):
+    fee = Decimal("0.5")
+    TransferFee.objects.create(asset=ring_asset, fee=fee)
+    fees = ledger.system_account_id(SystemRole.FEES)
+    funds = Decimal(60)
+    users = make_accounts(make_user, roomy_tier, 20, funds, "feering")
+    rng = random.Random(7)
+    jobs = [(k % 20, (k + 1) % 20, Decimal(rng.randint(1, 20)), f"fee-{k}") for k in range(200)]
+    outcomes, errors, _ = run_transfers(jobs, users)
+    assert errors == [], f"{len(errors)} of 200 failed (PostgreSQL broke lock-order deadlocks), e.g. {errors[:1]}"
+    assert outcomes["ok"] + outcomes["insufficient"] == 200
+    assert free_of(fees) == fee * outcomes["ok"]
+    assert_books(users, funds, fee)
+
+
+def test_two_accounts_sending_to_each_other_at_once(make_user, ring_asset, roomy_tier):
+    """A->B and B->A in flight together must not deadlock: every posting must lock the ledger rows
+    of its accounts in one global order."""
+    funds = Decimal(1000)
+    users = make_accounts(make_user, roomy_tier, 2, funds, "pair")
+    jobs = [(k % 2, (k + 1) % 2, Decimal(1), f"pair-{k}") for k in range(200)]
+    outcomes, errors, _ = run_transfers(jobs, users)
+    assert errors == [], f"{len(errors)} of 200 failed (PostgreSQL broke lock-order deadlocks), e.g. {errors[:1]}"
+    assert outcomes["ok"] == 200
+    assert_books(users, funds)
+
+
+def test_same_client_transfer_id_50_times_at_once_moves_money_once(make_user, make_key, ring_asset, settings):
+    settings.IP_WEIGHT_LIMIT_PER_MINUTE = settings.UID_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
+    sender = make_user(email="twin-sender@ring.test")
+    recipient = make_user(email="twin-recipient@ring.test")
+    equity = ledger.system_account_id(SystemRole.EQUITY)
+    ledger.post(
+        legs=ledger.move(equity, sender.pk, ASSET, Decimal(1000)), kind=BusinessType.DISTRIBUTION, reference="twin"
+    )
+    api_key, secret = make_key(sender)
+    count = 50
+    stamp = now_ms()
+    barrier = threading.Barrier(count)
+    responses: list = [None] * count
+
+    def send(i: int) -> None:
+        try:
+            client = SignedClient(api_key.key, secret)  # its own django.test.Client
+            barrier.wait()
+            responses[i] = client.post(
+                "/openapi/transfer/v4/transfers",
+                {
+                    "account": ASSET,
+                    "target_address": recipient.email,
+                    "amount": "7",
+                    "client_transfer_id": "the-same-id",
+                    "recvWindow": 60000,
+                },
+                timestamp=stamp - i,  # each request signed anew (an identical one is refused as a replay)
+            )
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=send, args=(i,)) for i in range(count)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(DEADLINE_SECONDS)
+    assert not any(thread.is_alive() for thread in pool)
+    statuses = Counter(r.status_code for r in responses)
+    codes = Counter(r.json().get("code") for r in responses if r.status_code != 200)
+    assert statuses == {200: 1, 400: 49}, (statuses, codes)
+    assert codes == {-1010: 49}
+    for response in responses:
+        assert response["Content-Type"] == "application/json"
+    assert Transfer.objects.filter(sender=sender).count() == 1
+    assert free_of(sender.pk) == Decimal(993)
+    assert free_of(recipient.pk) == Decimal(7)
+    assert Posting.objects.filter(kind=BusinessType.P2P_TRANSFER).count() == 1
+    assert ledger_check().ok
+
+
+def test_same_client_transfer_id_through_the_service_at_once(make_user, ring_asset, roomy_tier):
+    """The service directly, 32 twins at once: one Transfer; the others refused with -1010."""
+    users = make_accounts(make_user, roomy_tier, 2, Decimal(100), "svc")
+    barrier = threading.Barrier(32)
+    results: list = [None] * 32
+
+    def send(i: int) -> None:
+        try:
+            sender = User.objects.get(pk=users[0].pk)
+            barrier.wait()
+            try:
+                services.transfer_create(
+                    sender=sender,
+                    asset_code=ASSET,
+                    target_address=users[1].email,
+                    amount=Decimal(3),
+                    client_transfer_id="twin",
+                )
+                results[i] = "ok"
+            except ExchangeError as exc:
+                results[i] = exc.code
+            except Exception as exc:  # noqa: BLE001 - reported in the assertion
+                results[i] = f"{type(exc).__name__}: {exc}"
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=send, args=(i,)) for i in range(32)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(DEADLINE_SECONDS)
+    assert Counter(results) == {"ok": 1, -1010: 31}
+    assert Transfer.objects.count() == 1
+    assert_books(users, Decimal(100))
