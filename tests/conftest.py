@@ -16,6 +16,7 @@ from accounts.keyring import keyrings
 from accounts.ledger.posting import forget_asset_ids
 from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
+from exchange.ttlcache import clear_all
 
 FORM = "application/x-www-form-urlencoded"
 _counter = itertools.count(1)
@@ -28,6 +29,7 @@ def _fresh_rate_limits():
     keyrings.clear()
     forget_asset_ids()  # the database is rolled back between tests; ids are not reused
     forget_cached_ids()
+    clear_all()  # cached reference data of rolled-back tests
     _clear_listen_keys()  # account ids restart in a new test database: old keys would point at them
     yield
     ratelimit.storage().reset()

@@ -113,7 +113,7 @@ def test_demo_without_json_does_not_print_secrets():
 def test_demo_refuses_production_settings():
     with pytest.raises(CommandError):
         run("demo", "--json")
-    assert not User.objects.exists()
+    assert not User.objects.filter(system_role__isnull=True).exists()
 
 
 # --- apikey --------------------------------------------------------------------------------------

@@ -15,11 +15,24 @@ from accounts.limits import limit_blocks, tier_for
 from accounts.models import SystemRole, User
 from accounts.selectors import user_get_by_address
 from exchange.api.errors import UserNotFound
+from exchange.ttlcache import TtlCache
 from wallet import errors
 from wallet.models import Transfer, TransferFee
 from wallet.services import fits_precision
 
 logger = logging.getLogger(__name__)
+
+
+assets = TtlCache(10.0)
+transfer_fees = TtlCache(10.0)
+
+
+def asset_by_code(code: str) -> Asset | None:
+    return assets.get(code, lambda: Asset.objects.filter(code=code).first())
+
+
+def _fee_of(asset: Asset) -> Decimal:
+    return TransferFee.objects.filter(asset=asset).values_list("fee", flat=True).first() or Decimal(0)
 
 
 def _check_limits(sender: User, asset: Asset, total: Decimal) -> None:
@@ -42,7 +55,7 @@ def transfer_create(
     client_transfer_id: str | None = None,
     api_version: str = "v4",
 ) -> Transfer:
-    asset = Asset.objects.filter(code=asset_code).first()
+    asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.unknown("account")
     recipient = user_get_by_address(address=target_address)
@@ -56,7 +69,7 @@ def transfer_create(
         raise errors.invalid("amount", f"at most {asset.transfer_precision} decimal places")
     if amount < asset.transfer_min_quantity:
         raise errors.invalid("amount", f"below the minimum {asset.transfer_min_quantity.normalize():f}")
-    fee = TransferFee.objects.filter(asset=asset).values_list("fee", flat=True).first() or Decimal(0)
+    fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
     legs = ledger.move(sender.pk, recipient.pk, asset.code, amount)
     if fee > 0:
         legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
