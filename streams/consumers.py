@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -161,14 +162,17 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     # --- lifetime ------------------------------------------------------------------------------
 
     async def _watch_keys(self) -> None:
+        interval = settings.STREAM_KEY_CHECK_SECONDS
+        # Connections opened together must not check together: spread them over the interval.
+        await asyncio.sleep(interval * random.uniform(0.2, 1.0))  # noqa: S311 - scheduling, not security
         while True:
-            await asyncio.sleep(settings.STREAM_KEY_CHECK_SECONDS)
             for key in list(self.keys):
                 if await _owner(key) is None:
                     await self._key_dead(key)
                     if key == self.primary:
                         return
             await self._catch_up()
+            await asyncio.sleep(interval * random.uniform(0.8, 1.2))  # noqa: S311
 
     async def _catch_up(self) -> None:
         """Backstop for messages the channel layer dropped (a full channel): anything committed

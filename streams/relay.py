@@ -136,11 +136,13 @@ class Publisher:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.pending = 0  # submitted, not yet published (or given up)
 
     def alive(self) -> bool:
         return self.loop.is_running() and not self.loop.is_closed()
 
     def submit(self, result: PostingResult) -> None:
+        self.pending += 1
         self.loop.call_soon_threadsafe(self.queue.put_nowait, result)
 
     async def run(self) -> None:
@@ -158,6 +160,8 @@ class Publisher:
                 raise
             except Exception:
                 logger.exception("Publishing %s postings failed; the sweeper will deliver them", len(batch))
+            finally:
+                self.pending -= len(batch)
 
 
 _server_publisher: Publisher | None = None
@@ -183,9 +187,19 @@ def _start_thread_publisher() -> Publisher:
             loop.run_until_complete(publisher.run())
 
         threading.Thread(target=main, name="stream-publisher", daemon=True).start()
+        # A short-lived process (`manage.py deposit`) publishes what it posted before it exits; this
+        # runs before concurrent.futures stops the executors database_sync_to_async needs.
+        threading._register_atexit(_drain_thread_publisher)
         ready.wait(5)
         _thread_publisher = holder["publisher"]
         return _thread_publisher
+
+
+def _drain_thread_publisher(timeout: float = 2.0) -> None:
+    publisher = _thread_publisher
+    deadline = time.monotonic() + timeout
+    while publisher is not None and publisher.pending > 0 and publisher.alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 def publish_posting(result: PostingResult) -> None:

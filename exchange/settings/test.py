@@ -17,7 +17,12 @@ CELERY_TASK_ALWAYS_EAGER = True
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": env.int("STREAM_CHANNEL_CAPACITY", default=5000)},
+        "CONFIG": {
+            # redis-py's 5 s socket timeout equals the layer's 5 s blocking read: quiet
+            # connections would die; its pool of 100 refuses a reconnect storm.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 1000}],
+            "capacity": env.int("STREAM_CHANNEL_CAPACITY", default=5000),
+        },
     }
 }
 STORAGES = {
