@@ -401,15 +401,9 @@ def test_a_client_that_never_answers_pings_is_dropped(full_stack):
         assert live.ping().wait(3)
 
 
-# --- quiet periods, crowds and bursts (a strict xfail is a known bug: remove its marker with the fix) ---
+# --- quiet periods, crowds and bursts ---
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redis-py 8 defaults socket_timeout to 5 s, equal to channels_redis's BZPOPMIN timeout: the "
-    "process's receive raises redis TimeoutError after 5 quiet seconds and the consumer holding it dies (1011). "
-    "Fix: CHANNEL_LAYERS hosts [{'address': REDIS_URL, 'socket_timeout': 15}] in settings/base.py and test.py",
-)
 def test_a_connection_survives_quiet_periods(full_stack):
     key = full_stack.start_key()
     with connect(full_stack.ws_url(key), open_timeout=10, proxy=None) as ws:
@@ -419,13 +413,6 @@ def test_a_connection_survives_quiet_periods(full_stack):
     _check_deposit_events(received, posted, "0.5")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the relay's publisher in a process without websockets is a daemon thread started on the first "
-    "posting; a process that exits right after posting (manage.py deposit) ends before it publishes, so "
-    "its rows always wait for a server's sweeper (+0.2-0.5 s). Fix: an atexit hook in "
-    "streams.relay._start_thread_publisher that drains the queue (bounded, e.g. 2 s) before exit",
-)
 def test_a_process_that_exits_right_after_posting_publishes_its_posting(full_stack):
     import psycopg
 
@@ -502,13 +489,6 @@ def _accounts_with_keys(server: Server, count: int) -> list[list]:
     return json.loads(done.stdout)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="redis-py 8's asyncio ConnectionPool allows 100 connections by default and raises "
-    "MaxConnectionsError beyond them instead of waiting: with more than ~100 handshakes in flight, "
-    "group_add fails and the handshake gets HTTP 500 (e.g. every client reconnecting after a restart). "
-    "Fix: CHANNEL_LAYERS hosts [{'address': REDIS_URL, 'socket_timeout': 15, 'max_connections': 1000}]",
-)
 def test_many_clients_connecting_at_once_are_all_accepted(full_stack):
     accounts = _accounts_with_keys(full_stack, 300)
 
