@@ -618,7 +618,8 @@ def test_history_start_and_end_within_7_days(customer, client_of, dated, uid_lim
 def test_history_end_time_equal_to_a_transactions_time_includes_it(customer, client_of, uid_limit_raised):
     """A transaction's `time` is its posting time in whole milliseconds; asking for the window that
     ends (or starts) at exactly that millisecond must list it."""
-    moment = timezone.now().replace(microsecond=123_456)  # between two whole milliseconds
+    # between two whole milliseconds, and in the past (now() may be earlier in its second than .123456)
+    moment = (timezone.now() - timedelta(seconds=2)).replace(microsecond=123_456)
     posted = post_at(moment, legs=ledger.move(world(), customer.id, "BTC", Decimal("1")), kind="CHAIN_DEPOSIT")
     client = client_of(customer)
     [item] = ok_history(client, tokenId="BTC")["transactions"]
