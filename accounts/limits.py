@@ -79,6 +79,8 @@ def usage(user: User, *, currency: str, now: datetime | None = None) -> dict[str
     """Per span ("day", "month", "year"): (all movements usage, p2p-only usage), in `currency`."""
     starts = period_starts(now or timezone.now())
     kinds = [str(k) for k in (*DEPOSITS, *WITHDRAWALS, *P2P)]
+    if connection.vendor != "postgresql":
+        return _totals_to_usage(_rows_summed_in_python(user, starts, kinds), currency, starts)
     # One hand-written statement: it runs on every transfer and withdrawal.
     with connection.cursor() as cursor:
         cursor.execute(
@@ -104,6 +106,38 @@ def usage(user: User, *, currency: str, now: datetime | None = None) -> dict[str
             }
             for kind, side, code, price, day, month, year in cursor.fetchall()
         ]
+    return _totals_to_usage(rows, currency, starts)
+
+
+def _rows_summed_in_python(user: User, starts: dict, kinds: list[str]) -> list[dict]:
+    """SQLite (embedded mode) sums NUMERIC columns as floating point: add the Decimals here."""
+    from accounts.ledger.models import Entry
+
+    grouped: dict[tuple, dict] = {}
+    for kind, side, code, price, created, amount in Entry.objects.filter(
+        account=user, bucket="F", posting__created_at__gte=starts["year"], posting__kind__in=kinds
+    ).values_list("posting__kind", "side", "asset__code", "asset__reference_price", "posting__created_at", "amount"):
+        row = grouped.setdefault(
+            (kind, side, code),
+            {
+                "posting__kind": kind,
+                "side": side,
+                "asset__code": code,
+                "asset__reference_price": price,
+                "day": ZERO,
+                "month": ZERO,
+                "year": ZERO,
+            },
+        )
+        row["year"] += amount
+        if created >= starts["month"]:
+            row["month"] += amount
+        if created >= starts["day"]:
+            row["day"] += amount
+    return list(grouped.values())
+
+
+def _totals_to_usage(rows: list[dict], currency: str, starts: dict) -> dict[str, tuple[Usage, Usage]]:
     totals = {span: {"in": ZERO, "out": ZERO, "wd": ZERO, "p2p_in": ZERO, "p2p_out": ZERO} for span in starts}
     for row in rows:
         price = Decimal(1) if row["asset__code"] == currency else row["asset__reference_price"]

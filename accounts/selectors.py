@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import F, Max, Sum
 
 from accounts.keyring import keyrings
@@ -106,13 +107,32 @@ def transaction_history(*, user: User, asset: Asset, start: datetime, end: datet
     """The account's postings in `asset` within [start, end], oldest first, with their signed net
     change (a hold from free to locked changes nothing and is not listed)."""
     offset = (page - 1) * size
-    rows = list(
-        Entry.objects.filter(account=user, asset=asset, posting__created_at__gte=start, posting__created_at__lte=end)
-        .values("posting_id", "posting__kind", "posting__created_at")
-        .annotate(changed=Sum(F("side") * F("amount")))
-        .exclude(changed=0)
-        .order_by("posting_id")[offset : offset + size + 1]
+    entries = Entry.objects.filter(
+        account=user, asset=asset, posting__created_at__gte=start, posting__created_at__lte=end
     )
+    if connection.vendor == "postgresql":
+        rows = list(
+            entries.values("posting_id", "posting__kind", "posting__created_at")
+            .annotate(changed=Sum(F("side") * F("amount")))
+            .exclude(changed=0)
+            .order_by("posting_id")[offset : offset + size + 1]
+        )
+    else:  # SQLite sums NUMERIC columns as floating point: add the Decimals here (embedded mode)
+        grouped: dict[int, dict] = {}
+        for posting_id, kind, created, side, amount in entries.order_by("posting_id").values_list(
+            "posting_id", "posting__kind", "posting__created_at", "side", "amount"
+        ):
+            row = grouped.setdefault(
+                posting_id,
+                {
+                    "posting_id": posting_id,
+                    "posting__kind": kind,
+                    "posting__created_at": created,
+                    "changed": Decimal(0),
+                },
+            )
+            row["changed"] += side * amount
+        rows = [row for row in grouped.values() if row["changed"] != 0][offset : offset + size + 1]
     has_next = len(rows) > size
     meta: dict = {"has_next": has_next}
     if has_next:

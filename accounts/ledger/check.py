@@ -4,6 +4,7 @@ PostgreSQL, so postings committed meanwhile do not show as drift)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -31,6 +32,52 @@ class CheckResult:
         return head + f"{len(self.problems)} problem(s)\n" + "\n".join(self.problems[:200])
 
 
+def _sums_in_database(cursor, result: CheckResult) -> dict[tuple[int, int], list[Decimal]]:
+    cursor.execute(
+        "SELECT e.posting_id, a.code, SUM(e.side * e.amount) FROM accounts_entry e"
+        " JOIN accounts_asset a ON a.id = e.asset_id GROUP BY e.posting_id, a.code"
+        " HAVING SUM(e.side * e.amount) <> 0 ORDER BY e.posting_id"
+    )
+    for posting_id, code, total in cursor.fetchall():
+        result.problems.append(f"posting #{posting_id} does not sum to zero in {code}: {_decimal(total)}")
+    cursor.execute(
+        "SELECT a.code, SUM(e.side * e.amount) FROM accounts_entry e JOIN accounts_asset a ON a.id = e.asset_id"
+        " GROUP BY a.code HAVING SUM(e.side * e.amount) <> 0"
+    )
+    for code, total in cursor.fetchall():
+        result.problems.append(f"the book does not sum to zero in {code}: {_decimal(total)}")
+    cursor.execute(
+        "SELECT account_id, asset_id, bucket, SUM(side * amount) FROM accounts_entry"
+        " GROUP BY account_id, asset_id, bucket"
+    )
+    journal: dict[tuple[int, int], list[Decimal]] = {}
+    for account, asset, bucket, total in cursor.fetchall():
+        journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] = _decimal(total)
+    return journal
+
+
+def _sums_in_python(cursor, result: CheckResult) -> dict[tuple[int, int], list[Decimal]]:
+    cursor.execute(
+        "SELECT e.posting_id, e.account_id, e.asset_id, a.code, e.bucket, e.side, e.amount FROM accounts_entry e"
+        " JOIN accounts_asset a ON a.id = e.asset_id ORDER BY e.posting_id"
+    )
+    per_posting: dict[tuple[int, str], Decimal] = defaultdict(Decimal)
+    book: dict[str, Decimal] = defaultdict(Decimal)
+    journal: dict[tuple[int, int], list[Decimal]] = {}
+    for posting_id, account, asset, code, bucket, side, amount in cursor.fetchall():
+        signed = _decimal(amount) * side
+        per_posting[(posting_id, code)] += signed
+        book[code] += signed
+        journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] += signed
+    for (posting_id, code), total in per_posting.items():
+        if total != 0:
+            result.problems.append(f"posting #{posting_id} does not sum to zero in {code}: {total}")
+    for code, total in book.items():
+        if total != 0:
+            result.problems.append(f"the book does not sum to zero in {code}: {total}")
+    return journal
+
+
 def ledger_check(*, record: bool = False) -> CheckResult:
     started = timezone.now()
     result = CheckResult()
@@ -42,28 +89,11 @@ def ledger_check(*, record: bool = False) -> CheckResult:
         cursor.execute("SELECT COUNT(*) FROM accounts_posting")
         result.postings = cursor.fetchone()[0]
 
-        cursor.execute(
-            "SELECT e.posting_id, a.code, SUM(e.side * e.amount) FROM accounts_entry e"
-            " JOIN accounts_asset a ON a.id = e.asset_id GROUP BY e.posting_id, a.code"
-            " HAVING SUM(e.side * e.amount) <> 0 ORDER BY e.posting_id"
-        )
-        for posting_id, code, total in cursor.fetchall():
-            result.problems.append(f"posting #{posting_id} does not sum to zero in {code}: {_decimal(total)}")
-
-        cursor.execute(
-            "SELECT a.code, SUM(e.side * e.amount) FROM accounts_entry e JOIN accounts_asset a ON a.id = e.asset_id"
-            " GROUP BY a.code HAVING SUM(e.side * e.amount) <> 0"
-        )
-        for code, total in cursor.fetchall():
-            result.problems.append(f"the book does not sum to zero in {code}: {_decimal(total)}")
-
-        cursor.execute(
-            "SELECT account_id, asset_id, bucket, SUM(side * amount) FROM accounts_entry"
-            " GROUP BY account_id, asset_id, bucket"
-        )
-        journal: dict[tuple[int, int], list[Decimal]] = {}
-        for account, asset, bucket, total in cursor.fetchall():
-            journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] = _decimal(total)
+        if connection.vendor == "postgresql":
+            journal = _sums_in_database(cursor, result)
+        else:
+            # SQLite sums NUMERIC columns as floating point: add the Decimals here instead.
+            journal = _sums_in_python(cursor, result)
 
         cursor.execute(
             "SELECT b.account_id, b.asset_id, a.code, b.free, b.locked FROM accounts_balance b"
