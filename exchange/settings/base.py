@@ -231,5 +231,7 @@ LOGGING = {
         # Django logs every 4xx with the path; our envelope already tells the client why.
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "WARNING"},
+        # One line per periodic task every few seconds drowns everything else; failures still log.
+        "celery.app.trace": {"level": "WARNING"},
     },
 }

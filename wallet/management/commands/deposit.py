@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import User
 from exchange.api.errors import ExchangeError
+from exchange.api.formatting import amount as amount_text
 from wallet import services
 from wallet.chain import adapter
 from wallet.chain.simulator import send_to
@@ -72,6 +73,7 @@ class Command(BaseCommand):
             failed=found.failed,
         )
         self.stdout.write(
-            f"deposit #{deposit.pk} {deposit.amount} {network} tx {deposit.tx_id} "
+            f"deposit #{deposit.pk} {amount_text(deposit.amount, network.coin.transfer_precision)} {network} "
+            f"tx {deposit.tx_id} "
             f"status {deposit.get_status_display()} ({deposit.confirmations}/{network.min_confirm} confirmations)"
         )
