@@ -284,6 +284,7 @@ async def test_unknown_key_is_refused():
     connected, code = await ws.connect()
     assert connected is False
     assert code == 4001
+    await ws.disconnect()  # end the refused consumer, so no task outlives the test's loop
 
 
 @pytest.mark.django_db(transaction=True)
@@ -295,6 +296,7 @@ async def test_closed_key_is_refused(master, signed_client):
     connected, code = await ws.connect()
     assert connected is False
     assert code == 4001
+    await ws.disconnect()  # end the refused consumer, so no task outlives the test's loop
 
 
 @pytest.mark.django_db(transaction=True)

@@ -37,6 +37,7 @@ async def test_unknown_key_is_refused():
     ws = communicator("nope")
     connected, _ = await ws.connect()
     assert not connected
+    await ws.disconnect()  # end the refused consumer, so no task outlives the test's loop
 
 
 @pytest.mark.django_db
