@@ -15,7 +15,8 @@ VAR_DIR = BASE_DIR / "var"
 VAR_DIR.mkdir(exist_ok=True)
 
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env", overwrite=False) if (BASE_DIR / ".env").exists() else None
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 # Development fallback only; production.py refuses to start with it.
 INSECURE_DEFAULT_SECRET_KEY = "insecure-development-key-change-me-0123456789abcdefghijklmnop"  # noqa: S105
