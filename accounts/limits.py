@@ -189,3 +189,29 @@ def limit_blocks(user: User, now: datetime | None = None) -> dict[str, LimitBloc
             total_withdraw_remaining=max(limit.total_withdraw_limit - spent.withdraw, ZERO),
         )
     return blocks
+
+
+def value_in(currency: str, asset, amount: Decimal) -> Decimal:
+    """`amount` of `asset` in `currency`, at the asset's reference price."""
+    return amount if asset.code == currency else amount * asset.reference_price
+
+
+def outflow_refusal(user: User, asset, amount: Decimal, *, withdrawal: bool) -> tuple[str, str] | None:
+    """The first (period, limit name) that sending `amount` of `asset` out would exceed, or None.
+    A withdrawal counts against total-withdraw and cash-out; a transfer against cash-out and the
+    p2p blocks."""
+    tier = tier_for(user)
+    if tier is None:
+        return None
+    value = value_in(tier.currency, asset, amount)
+    for period, block in limit_blocks(user).items():
+        if block is None:
+            continue
+        p2p = period.startswith("p2p")
+        if withdrawal and p2p:
+            continue
+        if withdrawal and value > block.total_withdraw_remaining:
+            return period, "withdrawal"
+        if value > block.cash_out_remaining:
+            return period, "transfer" if p2p else "cash-out"
+    return None

@@ -313,6 +313,3 @@ def ensure_relay() -> None:
         _publisher_task = loop.create_task(_server_publisher.run())
     if settings.STREAM_SWEEPER_ENABLED and (_sweeper is None or _sweeper.done() or _sweeper.get_loop() is not loop):
         _sweeper = loop.create_task(_sweep_forever())
-
-
-ensure_sweeper = ensure_relay

@@ -14,11 +14,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from accounts import ledger
 from accounts.ledger.models import BusinessType
-from accounts.limits import limit_blocks, tier_for
+from accounts.limits import outflow_refusal, tier_for, value_in
 from accounts.models import LedgerAccount, SystemRole, User
 from wallet import errors
 from wallet.chain import BroadcastFailed, TxState, adapter
@@ -43,10 +44,6 @@ def network_get(*, coin: str, network: str) -> Network:
             raise errors.unknown("coin")
         raise errors.unknown("network")
     return found
-
-
-def _value_in(currency: str, network: Network, amount: Decimal) -> Decimal:
-    return amount if network.coin.code == currency else amount * network.coin.reference_price
 
 
 # --- deposit addresses ---------------------------------------------------------------------------
@@ -91,7 +88,7 @@ def deposit_record(
     if deposit is None:
         threshold = settings.TRAVEL_RULE_THRESHOLD
         tier = tier_for(owner.account)
-        value = _value_in(tier.currency if tier else "PHP", network, amount)
+        value = value_in(tier.currency if tier else "PHP", network.coin, amount)
         try:
             with transaction.atomic():
                 deposit = Deposit.objects.create(
@@ -211,20 +208,6 @@ def _check_amount(network: Network, amount: Decimal) -> None:
         raise errors.invalid("amount", f"must be a multiple of {multiple.normalize():f}")
 
 
-def _check_limits(account: User, network: Network, total: Decimal) -> None:
-    tier = tier_for(account)
-    if tier is None:
-        return
-    value = _value_in(tier.currency, network, total)
-    for period, block in limit_blocks(account).items():
-        if block is None or period.startswith("p2p"):
-            continue
-        if value > block.total_withdraw_remaining:
-            raise errors.limit_exceeded(period, "withdrawal")
-        if value > block.cash_out_remaining:
-            raise errors.limit_exceeded(period, "cash-out")
-
-
 def withdrawal_apply(
     *, account: User, coin: str, network: str, address: str, tag: str, amount: Decimal, withdraw_order_id: str | None
 ) -> Withdrawal:
@@ -237,13 +220,15 @@ def withdrawal_apply(
         raise errors.invalid("address", "coin, network, address and addressTag are not in the withdrawal whitelist")
     _check_amount(net, amount)
     fee = net.withdraw_fee
-    approval = _value_in("PHP", net, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
+    approval = value_in("PHP", net.coin, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
     try:
         with transaction.atomic():
             # The account's ledger row serializes this account's withdrawals: the limit check and
             # the hold see each other.
             LedgerAccount.objects.select_for_update().get_or_create(user=account)
-            _check_limits(account, net, amount + fee)
+            refused = outflow_refusal(account, net.coin, amount + fee, withdrawal=True)
+            if refused:
+                raise errors.limit_exceeded(*refused)
             if (
                 withdraw_order_id
                 and Withdrawal.objects.filter(account=account, withdraw_order_id=withdraw_order_id).exists()
@@ -295,8 +280,6 @@ def _transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> 
 
 def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
     """Broadcast and settle. Safe to run twice or after a crash at any point."""
-    from django.db.models import F
-
     _transition(withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.BROADCASTING)
     Withdrawal.objects.filter(pk=withdrawal_id, stage=WithdrawalStage.BROADCASTING).update(attempts=F("attempts") + 1)
     withdrawal = Withdrawal.objects.select_related("network__coin").get(pk=withdrawal_id)

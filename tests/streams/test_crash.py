@@ -110,7 +110,7 @@ async def test_sweeper_delivers_what_the_fast_path_left(master, assets, monkeypa
     assert await sync_to_async(published)(result.posting_id, master.pk) is None
     try:
         with override_settings(**SWEEPER):
-            relay.ensure_sweeper()
+            relay.ensure_relay()
             assert relay._sweeper is not None
             await expect_deposit(ws, "1.50000000", "1.50000000")
             assert await wait_published(result.posting_id, master.pk) is not None
@@ -141,7 +141,7 @@ async def test_sweeper_delivers_after_a_failed_fast_path_send(master, assets, mo
     assert await sync_to_async(published)(result.posting_id, master.pk) is None
     try:
         with override_settings(**SWEEPER):
-            relay.ensure_sweeper()
+            relay.ensure_relay()
             await expect_deposit(ws, "0.75000000", "0.75000000")
             assert await wait_published(result.posting_id, master.pk) is not None
     finally:
@@ -197,7 +197,7 @@ async def test_killed_process_event_is_delivered_by_the_sweeper(master, assets, 
     assert await ws.receive_nothing(0.3)
     try:
         with override_settings(**SWEEPER):
-            relay.ensure_sweeper()
+            relay.ensure_relay()
             update, position = await expect_deposit(ws, "2.50000000", "2.50000000")
             assert update["T"] == position["u"]
             assert await wait_published(posting_id, master.pk) is not None
@@ -264,7 +264,7 @@ async def test_gap_is_filled_in_order_and_duplicates_are_dropped(master, assets,
     # The sweeper later publishes the rows nobody marked: they are duplicates and are dropped.
     try:
         with override_settings(**SWEEPER):
-            relay.ensure_sweeper()
+            relay.ensure_relay()
             assert await wait_published(missing.posting_id, master.pk) is not None
             assert await wait_published(later.posting_id, master.pk) is not None
             assert await ws.receive_nothing(0.5)
@@ -285,7 +285,7 @@ async def test_rows_from_before_the_connection_are_not_replayed(master, assets, 
     ws = await connect(master)
     try:
         with override_settings(**SWEEPER):
-            relay.ensure_sweeper()
+            relay.ensure_relay()
             assert await wait_published(old.posting_id, master.pk) is not None
             assert await ws.receive_nothing(0.5)
     finally:

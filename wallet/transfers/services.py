@@ -5,13 +5,14 @@ sender (a database constraint), so a repeat moves nothing."""
 from __future__ import annotations
 
 import logging
+import uuid
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 
 from accounts import ledger
 from accounts.ledger.models import Asset, BusinessType, Posting
-from accounts.limits import limit_blocks, tier_for
+from accounts.limits import outflow_refusal
 from accounts.models import SystemRole, User
 from accounts.selectors import user_get_by_address
 from exchange.api.errors import UserNotFound
@@ -33,16 +34,6 @@ def asset_by_code(code: str) -> Asset | None:
 
 def _fee_of(asset: Asset) -> Decimal:
     return TransferFee.objects.filter(asset=asset).values_list("fee", flat=True).first() or Decimal(0)
-
-
-def _check_limits(sender: User, asset: Asset, total: Decimal) -> None:
-    tier = tier_for(sender)
-    if tier is None:
-        return
-    value = total if asset.code == tier.currency else total * asset.reference_price
-    for period, block in limit_blocks(sender).items():
-        if block is not None and value > block.cash_out_remaining:
-            raise errors.limit_exceeded(period, "transfer" if period.startswith("p2p") else "cash-out")
 
 
 def transfer_create(
@@ -79,7 +70,9 @@ def transfer_create(
             def guard() -> None:
                 # Runs with the sender's (and every other) ledger row locked: the limit check and
                 # the duplicate check see every earlier transfer of this sender.
-                _check_limits(sender, asset, amount + fee)
+                refused = outflow_refusal(sender, asset, amount + fee, withdrawal=False)
+                if refused:
+                    raise errors.limit_exceeded(*refused)
                 if (
                     client_transfer_id is not None
                     and Transfer.objects.filter(sender=sender, client_transfer_id=client_transfer_id).exists()
@@ -92,7 +85,7 @@ def transfer_create(
                 kind=BusinessType.P2P_TRANSFER,
                 reference=f"transfer:{sender.pk}:{client_transfer_id}"
                 if client_transfer_id is not None
-                else f"transfer-auto:{_next_auto_id()}",
+                else f"transfer-auto:{uuid.uuid4().hex}",
                 memo=message[:255],
             )
             return Transfer.objects.create(
@@ -112,12 +105,6 @@ def transfer_create(
         if client_transfer_id is not None:
             raise errors.duplicate("client_transfer_id") from exc
         raise
-
-
-def _next_auto_id() -> str:
-    import uuid
-
-    return uuid.uuid4().hex
 
 
 def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
