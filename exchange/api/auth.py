@@ -13,12 +13,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import logging
 import math
 import re
 import time
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 from urllib.parse import unquote, unquote_plus
 
 from exchange.api.errors import (
@@ -34,8 +34,6 @@ from exchange.api.errors import (
     UnsupportedOperation,
 )
 from exchange.api.params import RECV_WINDOW, TIMESTAMP
-
-logger = logging.getLogger(__name__)
 
 API_KEY_HEADER = "X-SERVICE-APIKEY"
 SIGNATURE_HEADER = "X-SERVICE-SIGNATURE"
@@ -166,20 +164,10 @@ def check_timing(timestamp: int, recv_window: int, now_ms: int | None = None) ->
         )
 
 
-def refuse_replay(key: str, signature: str, valid_until_ms: int) -> None:
-    """A signed write is accepted once: its signature is remembered until its timestamp leaves the
-    window, so a captured request cannot be sent again (a transfer without client id would move money
-    twice). Reads may be repeated. If the limit storage is down the check is skipped (logged)."""
-    from exchange.api import ratelimit
-
-    seconds = max(1, math.ceil((valid_until_ms - server_time_ms()) / 1000) + 1)
-    try:
-        seen = ratelimit.counters().incr(f"exchange/signature/{key}/{signature}", seconds)
-    except ratelimit.STORAGE_ERRORS:
-        logger.exception("Replay check skipped: limit storage unavailable")
-        return
-    if seen > 1:
-        raise InvalidSignature(msg="This signature was used before: sign every request anew (replay refused).")
+def replay_window_seconds(valid_until_ms: int) -> int:
+    """How long a signed write's signature is remembered: until its timestamp leaves the window
+    (plus a second for clocks of other processes)."""
+    return max(1, math.ceil((valid_until_ms - server_time_ms()) / 1000) + 1)
 
 
 def ip_allowed(ip: str, entries: list[str]) -> bool:
@@ -207,6 +195,15 @@ class EndpointAuth:
 
 
 @dataclass(frozen=True)
+class Caller:
+    api_key: Any  # accounts.keyring.KeyRecord
+    account: Any  # accounts.models.User
+    # A signed write is accepted once: (api key, lower-case signature, seconds to remember it). The
+    # replay check is made with the rate-limit charge (ratelimit.charge), after every check here.
+    signature: tuple[str, str, int] | None = None
+
+
+@dataclass(frozen=True)
 class RawRequest:
     meta: dict
     query: str
@@ -217,8 +214,9 @@ class RawRequest:
     ip: str
 
 
-def authenticate(endpoint: EndpointAuth, raw: RawRequest):
-    """Return (keyring, key record) of the caller, or None for NONE endpoints; raise on refusal."""
+def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
+    """Return the caller (key record, account, and the signature of a signed write to be accepted
+    once), or None for NONE endpoints; raise on refusal. Refusals here never spend a signature."""
     if not endpoint.security.needs_key:
         return None
     from accounts.crypto import decrypt_secret
@@ -232,6 +230,7 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
         raise ApiKeyNotExist()
     keyring, api_key = found
 
+    signature = None
     if endpoint.security.signed:
         header_timestamp = "" if raw.params.get("timestamp") else raw.meta.get(_TIMESTAMP_META, "").strip()
         timestamp_text = raw.params.get("timestamp") or header_timestamp
@@ -248,7 +247,7 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
         verify_signature(decrypt_secret(api_key.secret_ciphertext), provided, candidates)
         check_timing(timestamp, recv_window)
         if endpoint.writes:
-            refuse_replay(api_key.key, provided.lower(), timestamp + recv_window)
+            signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window))
 
     account = keyring.account()
     if not api_key.is_enabled or not account.is_active:
@@ -264,4 +263,4 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest):
             raise IpNotInWhitelist(raw.ip)
     elif endpoint.ip_whitelist_required:
         raise BindIpWhiteListFirst()
-    return api_key, account
+    return Caller(api_key, account, signature)

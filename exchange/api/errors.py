@@ -59,6 +59,9 @@ TimestampOutOfWindow = _error(
     "TimestampOutOfWindow", -1021, 400, "Timestamp for this request is outside of the recvWindow."
 )
 InvalidSignature = _error("InvalidSignature", -1022, 401, "Signature for this request is not valid.")
+SignatureReplayed = _error(
+    "SignatureReplayed", -1022, 401, "This signature was used before: sign every request anew (replay refused)."
+)
 BindIpWhiteListFirst = _error(
     "BindIpWhiteListFirst", -1023, 401, "Please set an IP white list for this API key before using this endpoint."
 )

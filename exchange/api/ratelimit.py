@@ -8,8 +8,10 @@ A client that sends another request after having been told 429 in the same windo
 Bans are rows of `exchange.RateLimitBan` (visible and liftable in the admin) mirrored into the
 storage, which is what the request path reads.
 
-One request costs one storage round trip: the ban check and both counters are taken together
-(a Lua script on Redis), because the gateway charges a request once it knows who is calling.
+One request costs one storage round trip: the ban check, both counters and, for a signed write,
+the replay check of its signature are taken together (a Lua script on Redis; the same steps under
+one lock in memory), because the gateway charges a request once it knows who is calling and the
+signature has passed every other check.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
 from redis.exceptions import RedisError
 
-from exchange.api.errors import IpBanned, TooManyRequests
+from exchange.api.errors import IpBanned, SignatureReplayed, TooManyRequests
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +36,15 @@ USED_WEIGHT_HEADER = "X-SERVICE-USED-WEIGHT-1M"
 USED_UID_WEIGHT_HEADER = "X-SERVICE-USED-UID-WEIGHT-1M"
 STORAGE_ERRORS = (RedisError, OSError)
 
-# KEYS: ban, ip counter[, uid counter]; ARGV: window seconds, ip weight[, uid weight].
-# Returns {ban ms left, ip count, ip ms left, uid count, uid ms left}; a banned caller is not counted.
+# KEYS: ban, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight, uid weight,
+# ip limit, uid limit, signature ms.
+# Returns {ban ms left, ip count, ip ms left, uid count, uid ms left, replayed}. A banned caller is
+# not counted. A signature already seen is a replay: charged to the IP only (like every refusal
+# made before the caller is known). Otherwise the signature is remembered unless the request is
+# over a limit (a refused request must not spend its signature).
 _TAKE_LUA = """
 local ban = redis.call('PTTL', KEYS[1])
-if ban > 0 then return {ban, 0, 0, 0, 0} end
+if ban > 0 then return {ban, 0, 0, -1, 0, 0} end
 local function take(key, weight)
   local count = redis.call('INCRBY', key, weight)
   local ttl = redis.call('PTTL', key)
@@ -48,10 +54,17 @@ local function take(key, weight)
   end
   return count, ttl
 end
+if #KEYS > 3 and redis.call('EXISTS', KEYS[4]) == 1 then
+  local ip, ip_ttl = take(KEYS[2], ARGV[2])
+  return {0, ip, ip_ttl, -1, 0, 1}
+end
 local ip, ip_ttl = take(KEYS[2], ARGV[2])
 local uid, uid_ttl = -1, 0
 if #KEYS > 2 then uid, uid_ttl = take(KEYS[3], ARGV[3]) end
-return {0, ip, ip_ttl, uid, uid_ttl}
+if #KEYS > 3 and ip <= tonumber(ARGV[4]) and uid <= tonumber(ARGV[5]) then
+  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6], 'NX')
+end
+return {0, ip, ip_ttl, uid, uid_ttl, 0}
 """
 
 
@@ -62,6 +75,7 @@ class Taken:
     ip_ms: int
     uid: int | None
     uid_ms: int
+    replayed: bool = False
 
 
 class Counters:
@@ -70,22 +84,51 @@ class Counters:
     def __init__(self, storage: Storage):
         self.storage = storage
         self._lock = threading.Lock()
-        if isinstance(storage, RedisStorage):
+        self._redis = isinstance(storage, RedisStorage)
+        if self._redis:
             self._take_script = storage.get_connection().register_script(_TAKE_LUA)
 
     def _key(self, key: str) -> str:
-        return self.storage.prefixed_key(key) if isinstance(self.storage, RedisStorage) else key
+        return self.storage.prefixed_key(key) if self._redis else key
 
     def take(
-        self, ban_key: str, ip_key: str, ip_weight: int, uid_key: str | None, uid_weight: int, window: int
+        self,
+        ban_key: str,
+        ip_key: str,
+        ip_weight: int,
+        uid_key: str | None,
+        uid_weight: int,
+        window: int,
+        *,
+        ip_limit: int = 0,
+        uid_limit: int = 0,
+        signature_key: str | None = None,
+        signature_seconds: int = 0,
     ) -> Taken:
-        if isinstance(self.storage, RedisStorage):
-            keys = [self._key(ban_key), self._key(ip_key)] + ([self._key(uid_key)] if uid_key else [])
-            ban, ip, ip_ms, uid, uid_ms = self._take_script(keys=keys, args=[window, ip_weight, uid_weight])
-            return Taken(ban, ip, ip_ms, uid if uid_key else None, uid_ms)
-        return self._take_memory(ban_key, ip_key, ip_weight, uid_key, uid_weight, window)
+        """Check the ban, add the weights and, with `signature_key` (only together with a
+        `uid_key`), refuse a signature seen before or remember it for `signature_seconds` when
+        neither count is over its limit. One round trip."""
+        if signature_key is not None and uid_key is None:
+            raise ValueError("a signature is checked only for an identified caller")
+        if not self._redis:
+            return self._take_memory(
+                ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
+                signature_seconds,
+            )
+        keys = [self._key(ban_key), self._key(ip_key)]
+        if uid_key:
+            keys.append(self._key(uid_key))
+        if signature_key:
+            keys.append(self._key(signature_key))
+        ban, ip, ip_ms, uid, uid_ms, replayed = self._take_script(
+            keys=keys, args=[window, ip_weight, uid_weight, ip_limit, uid_limit, signature_seconds * 1000]
+        )
+        return Taken(ban, ip, ip_ms, uid if uid_key and uid >= 0 else None, uid_ms, bool(replayed))
 
-    def _take_memory(self, ban_key, ip_key, ip_weight, uid_key, uid_weight, window) -> Taken:
+    def _take_memory(
+        self, ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
+        signature_seconds,
+    ) -> Taken:
         store: MemoryStorage = self.storage
         with self._lock:
             now = time.time()
@@ -93,10 +136,14 @@ class Counters:
                 return Taken(max(1, int((store.get_expiry(ban_key) - now) * 1000)), 0, 0, None, 0)
             ip = store.incr(ip_key, window, amount=ip_weight)
             ip_ms = int((store.get_expiry(ip_key) - now) * 1000)
+            if signature_key and store.get(signature_key):
+                return Taken(0, ip, ip_ms, None, 0, replayed=True)
             uid = uid_ms = None
             if uid_key:
                 uid = store.incr(uid_key, window, amount=uid_weight)
                 uid_ms = int((store.get_expiry(uid_key) - now) * 1000)
+            if signature_key and ip <= ip_limit and uid <= uid_limit:
+                store.incr(signature_key, signature_seconds)
             return Taken(0, ip, ip_ms, uid, uid_ms or 0)
 
     def incr(self, key: str, seconds: int) -> int:
@@ -157,9 +204,26 @@ def apply_weight_headers(request, response) -> None:
         response[USED_UID_WEIGHT_HEADER] = str(used["uid"])
 
 
-def charge(http_request, *, ip: str, ip_weight: int, uid: int | None = None, uid_weight: int = 0) -> None:
+def signature_key(api_key: str, signature: str) -> str:
+    return f"exchange/signature/{api_key}/{signature}"
+
+
+def charge(
+    http_request,
+    *,
+    ip: str,
+    ip_weight: int,
+    uid: int | None = None,
+    uid_weight: int = 0,
+    signature: tuple[str, str, int] | None = None,
+) -> None:
     """Refuse a banned IP (418); add the weights to the IP and UID counters; refuse over a limit
-    (429, and 418 with a new ban for a client that continues after its 429)."""
+    (429, and 418 with a new ban for a client that continues after its 429); then, for a signed
+    write (`signature` = (api key, lower-case signature, seconds it stays valid)), refuse a
+    signature used before (-1022) or remember it. One storage round trip.
+
+    Call it with a signature only once the request has passed every other check of the gateway:
+    a request refused for its signature, timing, key or IP must not spend its signature."""
     ip_item = _item("ip")
     uid_item = _item("uid") if uid is not None else None
     try:
@@ -170,10 +234,18 @@ def charge(http_request, *, ip: str, ip_weight: int, uid: int | None = None, uid
             uid_item.key_for(str(uid)) if uid_item else None,
             uid_weight,
             ip_item.get_expiry(),
+            ip_limit=ip_item.amount,
+            uid_limit=uid_item.amount if uid_item else 0,
+            signature_key=signature_key(signature[0], signature[1]) if signature else None,
+            signature_seconds=signature[2] if signature else 0,
         )
     except STORAGE_ERRORS:
         # Limits protect capacity, not money: an outage of their storage must not stop the API.
-        logger.exception("Rate-limit storage unavailable; request not counted")
+        # Nor does the replay check stop it (as documented in docs/api.md).
+        if signature:
+            logger.exception("Rate-limit storage unavailable; request not counted, replay check skipped")
+        else:
+            logger.exception("Rate-limit storage unavailable; request not counted")
         return
     if taken.ban_ms:
         _refuse_banned(taken.ban_ms / 1000)
@@ -183,6 +255,8 @@ def charge(http_request, *, ip: str, ip_weight: int, uid: int | None = None, uid
         used["uid"] = taken.uid
     if taken.ip > ip_item.amount:
         _over_limit(ip, "ip", taken.ip, ip_item.amount, taken.ip_ms)
+    if taken.replayed:
+        raise SignatureReplayed()
     if uid_item is not None and taken.uid > uid_item.amount:
         _over_limit(ip, "uid", taken.uid, uid_item.amount, taken.uid_ms)
 

@@ -3,9 +3,11 @@ type and parameters; `initial()` runs the gateway before the handler, in this or
 
 1. method allowed (405), parameters merged from query string and body (-1010 on a malformed body);
 2. authentication for the security type (key, signature, timing, status, type, IP list);
-3. the charge: IP ban (418), IP and UID weights (429, then 418 for continuing), in one storage
-   round trip. A refusal from steps 1-2 is charged to the IP first, so a limit or ban outranks it;
-   a key that is not in the process's keyring cache is charged before the database is asked;
+3. the charge: IP ban (418), IP and UID weights (429, then 418 for continuing) and, for a signed
+   write, the replay check of its signature (-1022; remembered only when the request passed every
+   check so far), in one storage round trip. A refusal from steps 1-2 is charged to the IP first,
+   so a limit or ban outranks it; a key that is not in the process's keyring cache is charged
+   before the database is asked;
 4. the endpoint's parameters parsed and checked (-1105, -1025, -1106, -1107) into `self.params`.
 """
 
@@ -81,13 +83,16 @@ class GatewayApi(APIView):
         if caller is None:  # NONE: a UID weight falls on the IP
             charge(http_request, ip=ip, ip_weight=ip_weight + uid_weight)
         else:
-            self.api_key, self.account = caller
+            self.api_key, self.account = caller.api_key, caller.account
+            # With the weights, a signed write's signature is checked against replay and remembered
+            # (-1022 for a replay, charged to the IP only, as for any other authentication refusal).
             charge(
                 http_request,
                 ip=ip,
                 ip_weight=0 if ip_charged else ip_weight,
                 uid=self.account.pk,
                 uid_weight=uid_weight,
+                signature=caller.signature,
             )
         self.params = self.spec_for(method).parse(raw.params)
 

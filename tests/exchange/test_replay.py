@@ -54,3 +54,233 @@ def test_reads_may_be_repeated(signed_client):
     stamp = now_ms()
     assert signed_client.get("/openapi/v1/api-keys", timestamp=stamp).status_code == 200
     assert signed_client.get("/openapi/v1/api-keys", timestamp=stamp).status_code == 200
+
+
+# --- refusals do not spend a signature; one storage round trip; memory storage; storage down -----
+
+ECHO = "/openapi/test/echo"
+TEST_URLS = "tests.exchange.gateway_test_urls"
+WEIGHT = "X-SERVICE-USED-WEIGHT-1M"
+UID_WEIGHT = "X-SERVICE-USED-UID-WEIGHT-1M"
+
+
+def _same_write(client: SignedClient, stamp: int, **kw):
+    """The same signed POST each time (same parameters, timestamp and so signature)."""
+    return client.post(ECHO, {"a": "1"}, timestamp=stamp, **kw)
+
+
+def _accepted(response) -> None:
+    assert response.status_code == 200, response.content
+    assert response.json() == {"method": "POST", "params": {"a": "1"}}
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_replay_is_charged_to_the_ip_only(master, make_key):
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    stamp = now_ms()
+    first = _same_write(client, stamp)
+    _accepted(first)
+    assert (first[WEIGHT], first[UID_WEIGHT]) == ("1", "0")  # the echo endpoint weighs 1 on the IP only
+    again = _same_write(client, stamp)
+    assert_error(again, -1022, 401)
+    assert again[WEIGHT] == "2"
+    assert UID_WEIGHT not in again.headers  # refused before the account is charged
+    assert client.post(ECHO, {"a": "1"}, timestamp=stamp + 1)[WEIGHT] == "3"
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_request_refused_for_a_disabled_key_does_not_spend_its_signature(master, make_key):
+    from accounts import services as account_services
+
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    stamp = now_ms()
+    account_services.api_key_set_status(api_key=api_key, enabled=False)
+    assert_error(_same_write(client, stamp), -2015, 401)
+    account_services.api_key_set_status(api_key=api_key, enabled=True)
+    _accepted(_same_write(client, stamp))
+    assert_error(_same_write(client, stamp), -1022, 401)
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_request_refused_for_its_ip_does_not_spend_its_signature(master, make_key):
+    api_key, secret = make_key(master, ip_list=["192.0.2.7"])
+    client = SignedClient(api_key.key, secret)
+    stamp = now_ms()
+    assert_error(_same_write(client, stamp, ip="192.0.2.8"), -2017, 401)
+    _accepted(_same_write(client, stamp, ip="192.0.2.7"))
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_request_refused_for_a_read_only_key_does_not_spend_its_signature(master, make_key):
+    api_key, secret = make_key(master, types=["Read only"])
+    client = SignedClient(api_key.key, secret)
+    stamp = now_ms()
+    assert_error(_same_write(client, stamp), -1020, 401)
+    api_key.types = ["Enable Spot"]
+    api_key.save(update_fields=["types"])
+    _accepted(_same_write(client, stamp))
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_captured_signature_sent_with_other_parameters_is_not_spent(master, make_key):
+    """A bad signature (here: a genuine one on other parameters) is refused without being remembered,
+    so the genuine request that carries it is still accepted."""
+    from tests.conftest import hmac_hex
+
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    stamp = now_ms()
+    genuine = hmac_hex(secret, f"a=1&timestamp={stamp}")
+    assert_error(client.post(ECHO, {"a": "2"}, timestamp=stamp, signature=genuine), -1022, 401)
+    _accepted(client.post(ECHO, {"a": "1"}, timestamp=stamp, signature=genuine))
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_request_refused_for_its_timing_does_not_spend_its_signature(master, make_key, monkeypatch):
+    from exchange.api import auth
+
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    server_now = 1_750_000_000_000
+    monkeypatch.setattr(auth, "server_time_ms", lambda: server_now)
+    stamp = server_now + 1500  # a client clock 1.5 s ahead: too early now, fine 0.6 s later
+    assert_error(_same_write(client, stamp), -1021, 400)
+    monkeypatch.setattr(auth, "server_time_ms", lambda: server_now + 600)
+    _accepted(_same_write(client, stamp))
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_request_refused_by_a_limit_or_a_ban_does_not_spend_its_signature(master, make_key, settings):
+    from exchange import services
+    from exchange.api import ratelimit
+    from exchange.models import RateLimitBan
+
+    settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret, ip="192.0.2.9")
+    stamp = now_ms()
+    assert client.post(ECHO, {"b": "0"}, timestamp=stamp).status_code == 200
+    assert_error(_same_write(client, stamp), -1003, 429)
+    ratelimit.forgive("192.0.2.9")  # the window is over
+    ban = services.rate_limit_ban_create(ip="192.0.2.9", reason="test")
+    assert_error(_same_write(client, stamp), -1003, 418)
+    services.rate_limit_ban_lift(ban=ban)
+    assert RateLimitBan.objects.count() == 1
+    _accepted(_same_write(client, stamp))
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_a_signed_write_costs_one_storage_round_trip(master, make_key, monkeypatch):
+    from exchange.api import ratelimit
+
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    _accepted(client.post(ECHO, {"a": "1"}))  # loads the key into this process's keyring
+    connection = ratelimit.storage().get_connection()
+    commands = []
+    real = connection.execute_command
+
+    def counting(*args, **options):
+        commands.append(args[0])
+        return real(*args, **options)
+
+    monkeypatch.setattr(connection, "execute_command", counting)
+    stamp = now_ms()
+    _accepted(_same_write(client, stamp))
+    assert commands == ["EVALSHA"]
+    commands.clear()
+    assert_error(_same_write(client, stamp), -1022, 401)
+    assert commands == ["EVALSHA"]
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_embedded_memory_storage_refuses_replays_like_redis(master, make_key, settings):
+    """`make run` without REDIS_URL keeps counters and used signatures in process memory."""
+    from accounts import services as account_services
+    from exchange.api import ratelimit
+
+    settings.RATE_LIMIT_STORAGE_URL = "memory://"
+    ratelimit.counters().reset()
+    try:
+        api_key, secret = make_key(master)
+        client = SignedClient(api_key.key, secret)
+        stamp = now_ms()
+        account_services.api_key_set_status(api_key=api_key, enabled=False)
+        assert_error(_same_write(client, stamp), -2015, 401)
+        account_services.api_key_set_status(api_key=api_key, enabled=True)
+        first = _same_write(client, stamp)
+        _accepted(first)
+        again = _same_write(client, stamp)
+        assert "replay" in assert_error(again, -1022, 401)["msg"]
+        assert UID_WEIGHT not in again.headers
+        _accepted(client.post(ECHO, {"a": "1"}, timestamp=stamp + 1))
+        assert client.get(ECHO, {"a": "1"}, timestamp=stamp).status_code == 200  # reads may repeat
+        assert client.get(ECHO, {"a": "1"}, timestamp=stamp).status_code == 200
+    finally:
+        ratelimit.counters().reset()
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(TEST_URLS)
+def test_storage_down_serves_signed_writes_unchecked_and_logs_it(master, make_key, monkeypatch, caplog):
+    """Documented choice (docs/api.md): limits and the replay check need the storage; without it
+    requests are served uncounted and unchecked for replay, and the outage is logged."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from exchange.api import ratelimit
+
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+
+    def down(*args, **kwargs):
+        raise RedisConnectionError("storage down")
+
+    monkeypatch.setattr(ratelimit.Counters, "take", down)
+    stamp = now_ms()
+    for _ in range(2):
+        response = _same_write(client, stamp)
+        _accepted(response)
+        assert WEIGHT not in response.headers
+    assert "replay check skipped" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls(TEST_URLS)
+def test_the_same_signed_write_sent_concurrently_is_accepted_once(master, make_key):
+    import threading
+
+    from django.db import connection
+
+    api_key, secret = make_key(master)
+    stamp = now_ms()
+    threads_count = 12
+    barrier = threading.Barrier(threads_count)
+    codes: list[int] = []
+    lock = threading.Lock()
+
+    def worker():
+        try:
+            barrier.wait(timeout=30)
+            response = _same_write(SignedClient(api_key.key, secret), stamp)
+            with lock:
+                codes.append(response.status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(codes) == [200] + [401] * (threads_count - 1)
