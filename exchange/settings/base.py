@@ -115,7 +115,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # Off by default: a `SELECT 1` round trip on every request that reuses a connection. Without it
+    # a restarted database costs one failed request per pooled connection (docs/operations.md).
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_HEALTH_CHECKS", default=False)
 DATABASES["default"]["ATOMIC_REQUESTS"] = False  # services own their transactions
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
