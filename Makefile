@@ -42,11 +42,16 @@ services:
 	@mkdir -p var
 	./scripts/services.sh > var/services.env
 
-## make test: real PostgreSQL and Redis, lint, then the whole test suite.
+## make test: real PostgreSQL and Redis, lint, then the whole test suite; then the tests of the
+## embedded mode's own SQL (the ledger's portable write, limit counters, transfers) on SQLite.
+EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
+	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
 		DJANGO_SETTINGS_MODULE=exchange.settings.test $(PY) -m pytest $(PYTEST_ARGS)
+	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
+		DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite $(PY) -m pytest -q $(EMBEDDED_TESTS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,12 +1,14 @@
-"""Daily, monthly and annual limits, computed from the journal.
+"""Daily, monthly and annual limits, from the ledger's limit counters (accounts/ledger/counters.py).
 
 Periods are calendar periods in UTC (today, this month, this year). Movements count by business
-type, valued in the tier's currency at each asset's reference price:
+type, valued in the tier's currency at each asset's current reference price:
 - cash in: deposits (CHAIN_DEPOSIT, FIAT_DEPOSIT) and transfers received (P2P_TRANSFER in);
 - cash out: withdrawals (CHAIN_WITHDRAWAL, FIAT_WITHDRAWAL) and transfers sent (P2P_TRANSFER out);
 - total withdraw: withdrawals only.
 The p2p blocks count transfers only (in, out, out). A withdrawal counts from the moment its amount
 is held (free to locked) and stops counting if it is released, so pending withdrawals use the limit.
+The counters are written by the posting itself, under the account's lock; the ledger check
+recomputes the current periods' counters from the journal.
 """
 
 from __future__ import annotations
@@ -15,18 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from django.db import connection
 from django.utils import timezone
 
-from accounts.ledger.models import BusinessType
-from accounts.ledger.posting import _decimal
+from accounts.ledger import counters
+from accounts.ledger.posting import _decimal, fetch_prepared
 from accounts.models import LimitPeriod, LimitTier, User
 from exchange.ttlcache import TtlCache
 
 ZERO = Decimal(0)
-DEPOSITS = {BusinessType.CHAIN_DEPOSIT, BusinessType.FIAT_DEPOSIT}
-WITHDRAWALS = {BusinessType.CHAIN_WITHDRAWAL, BusinessType.FIAT_WITHDRAWAL}
-P2P = {BusinessType.P2P_TRANSFER}
+SPAN_NAMES = {"D": "day", "M": "month", "Y": "year"}
 PERIOD_SPAN = {
     LimitPeriod.DAILY: "day",
     LimitPeriod.MONTHLY: "month",
@@ -54,11 +53,6 @@ class LimitBlock:
     total_withdraw_remaining: Decimal
 
 
-def period_starts(now: datetime) -> dict[str, datetime]:
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    return {"day": day, "month": day.replace(day=1), "year": day.replace(month=1, day=1)}
-
-
 tiers = TtlCache(10.0)
 
 
@@ -76,91 +70,29 @@ def _tier_limits(user: User) -> dict:
 
 
 def usage(user: User, *, currency: str, now: datetime | None = None) -> dict[str, tuple[Usage, Usage]]:
-    """Per span ("day", "month", "year"): (all movements usage, p2p-only usage), in `currency`."""
-    starts = period_starts(now or timezone.now())
-    kinds = [str(k) for k in (*DEPOSITS, *WITHDRAWALS, *P2P)]
-    if connection.vendor != "postgresql":
-        return _totals_to_usage(_rows_summed_in_python(user, starts, kinds), currency, starts)
-    # One hand-written statement: it runs on every transfer and withdrawal.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT p.kind, e.side, a.code, a.reference_price,"
-            " SUM(CASE WHEN p.created_at >= %s THEN e.amount ELSE 0 END),"
-            " SUM(CASE WHEN p.created_at >= %s THEN e.amount ELSE 0 END), SUM(e.amount)"
-            " FROM accounts_entry e JOIN accounts_posting p ON p.id = e.posting_id"
-            " JOIN accounts_asset a ON a.id = e.asset_id"
-            " WHERE e.account_id = %s AND e.bucket = 'F' AND p.created_at >= %s"
-            " AND p.kind IN (" + ", ".join(["%s"] * len(kinds)) + ")"
-            " GROUP BY p.kind, e.side, a.code, a.reference_price",
-            [starts["day"], starts["month"], user.pk, starts["year"], *kinds],
-        )
-        rows = [
-            {
-                "posting__kind": kind,
-                "side": side,
-                "asset__code": code,
-                "asset__reference_price": _decimal(price),
-                "day": _decimal(day),
-                "month": _decimal(month),
-                "year": _decimal(year),
-            }
-            for kind, side, code, price, day, month, year in cursor.fetchall()
-        ]
-    return _totals_to_usage(rows, currency, starts)
-
-
-def _rows_summed_in_python(user: User, starts: dict, kinds: list[str]) -> list[dict]:
-    """SQLite (embedded mode) sums NUMERIC columns as floating point: add the Decimals here."""
-    from accounts.ledger.models import Entry
-
-    grouped: dict[tuple, dict] = {}
-    for kind, side, code, price, created, amount in Entry.objects.filter(
-        account=user, bucket="F", posting__created_at__gte=starts["year"], posting__kind__in=kinds
-    ).values_list("posting__kind", "side", "asset__code", "asset__reference_price", "posting__created_at", "amount"):
-        row = grouped.setdefault(
-            (kind, side, code),
-            {
-                "posting__kind": kind,
-                "side": side,
-                "asset__code": code,
-                "asset__reference_price": price,
-                "day": ZERO,
-                "month": ZERO,
-                "year": ZERO,
-            },
-        )
-        row["year"] += amount
-        if created >= starts["month"]:
-            row["month"] += amount
-        if created >= starts["day"]:
-            row["day"] += amount
-    return list(grouped.values())
-
-
-def _totals_to_usage(rows: list[dict], currency: str, starts: dict) -> dict[str, tuple[Usage, Usage]]:
-    totals = {span: {"in": ZERO, "out": ZERO, "wd": ZERO, "p2p_in": ZERO, "p2p_out": ZERO} for span in starts}
-    for row in rows:
-        price = Decimal(1) if row["asset__code"] == currency else row["asset__reference_price"]
-        kind, side = row["posting__kind"], row["side"]
-        for span in starts:
-            value = row[span] * price
-            bucket = totals[span]
-            if kind in DEPOSITS:
-                bucket["in"] += value * side
-            elif kind in WITHDRAWALS:
-                bucket["out"] -= value * side
-                bucket["wd"] -= value * side
-            elif side > 0:
-                bucket["in"] += value
-                bucket["p2p_in"] += value
-            else:
-                bucket["out"] += value
-                bucket["p2p_out"] += value
+    """Per span ("day", "month", "year"): (all movements usage, p2p-only usage), in `currency`,
+    from the account's limit counters (a few rows, whatever the length of its history)."""
+    periods = counters.period_keys(now or timezone.now())
+    where = " OR ".join(["(c.span = %s AND c.period_start = %s)"] * len(periods))
+    rows = fetch_prepared(
+        "SELECT c.span, a.code, a.reference_price, c.deposits, c.withdrawals, c.p2p_in, c.p2p_out"
+        " FROM accounts_limitcounter c JOIN accounts_asset a ON a.id = c.asset_id"
+        f" WHERE c.account_id = %s AND ({where})",
+        [user.pk, *(v for key in periods for v in key)],
+    )
+    totals = {span: [ZERO] * 5 for span in SPAN_NAMES.values()}  # in, out, withdraw, p2p in, p2p out
+    for span, code, price, deposits, withdrawals, p2p_in, p2p_out in rows:
+        rate = Decimal(1) if code == currency else _decimal(price)
+        deposits, withdrawals = _decimal(deposits) * rate, _decimal(withdrawals) * rate
+        p2p_in, p2p_out = _decimal(p2p_in) * rate, _decimal(p2p_out) * rate
+        bucket = totals[SPAN_NAMES[span]]
+        bucket[0] += deposits + p2p_in
+        bucket[1] += p2p_out - withdrawals
+        bucket[2] -= withdrawals
+        bucket[3] += p2p_in
+        bucket[4] += p2p_out
     return {
-        span: (
-            Usage(max(t["in"], ZERO), max(t["out"], ZERO), max(t["wd"], ZERO)),
-            Usage(t["p2p_in"], t["p2p_out"], t["p2p_out"]),
-        )
+        span: (Usage(max(t[0], ZERO), max(t[1], ZERO), max(t[2], ZERO)), Usage(t[3], t[4], t[4]))
         for span, t in totals.items()
     }
 

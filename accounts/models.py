@@ -189,6 +189,7 @@ from accounts.ledger.models import (  # noqa: E402 - the ledger's tables belong 
     Entry,
     LedgerAccount,
     LedgerCheckRun,
+    LimitCounter,
     Posting,
 )
 
@@ -202,6 +203,7 @@ __all__ = [
     "Entry",
     "LedgerAccount",
     "LedgerCheckRun",
+    "LimitCounter",
     "LimitPeriod",
     "LimitTier",
     "Posting",

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -7,6 +8,7 @@ from django.db import connection
 from django.db.models import F, Max, Sum
 
 from accounts.keyring import keyrings
+from accounts.ledger.posting import fetch_prepared
 from accounts.limits import limit_blocks
 from accounts.models import Asset, Balance, Entry, User
 from exchange.api import formatting as fmt
@@ -35,6 +37,27 @@ def user_get_by_address(*, address: str) -> User | None:
     if "@" in address:
         return User.objects.filter(email=address.lower()).first()
     return User.objects.filter(phone=address).first()
+
+
+@dataclass(frozen=True)
+class UserRef:
+    id: int
+    system_role: str | None
+    is_active: bool
+
+
+def user_ref_by_address(*, address: str) -> UserRef | None:
+    """What a transfer needs of its recipient, found as user_get_by_address finds it, in one
+    prepared statement (the transfer path's own lookup)."""
+    address = address.strip()
+    by_email = "@" in address
+    rows = fetch_prepared(
+        "SELECT id, system_role, is_active FROM accounts_user WHERE email = %s"
+        if by_email
+        else "SELECT id, system_role, is_active FROM accounts_user WHERE phone = %s",
+        [address.lower() if by_email else address],
+    )
+    return UserRef(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
 
 
 # --- balances, account information, history ---------------------------------------------------

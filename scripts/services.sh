@@ -28,7 +28,7 @@ if [ -z "$cluster" ]; then
   as_root pg_createcluster "$version" "$cluster" >/dev/null
 fi
 if ! pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $4}' | grep -q online; then
-  as_root pg_ctlcluster "$version" "$cluster" start
+  as_root pg_ctlcluster "$version" "$cluster" start >&2
 fi
 port=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $3}')
 for _ in $(seq 1 50); do pg_isready -q -h 127.0.0.1 -p "$port" && break; sleep 0.2; done

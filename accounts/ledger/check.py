@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.ledger.counters import COUNTED, from_journal, period_keys
 from accounts.ledger.models import LedgerCheckRun
 from accounts.ledger.posting import _decimal
 
@@ -78,6 +80,58 @@ def _sums_in_python(cursor, result: CheckResult) -> dict[tuple[int, int], list[D
     return journal
 
 
+def journal_free_changes(cursor, since=None) -> list[tuple[int, int, str, datetime, Decimal]]:
+    """Per posting that counts against limits, each customer account's net free change per asset:
+    (account, asset id, kind, posting time, signed amount), the input of counters.from_journal."""
+    kinds = sorted(COUNTED)
+    cursor.execute(
+        "SELECT e.account_id, e.asset_id, p.kind, p.created_at, e.side, e.amount FROM accounts_entry e"
+        " JOIN accounts_posting p ON p.id = e.posting_id JOIN accounts_ledgeraccount la ON la.user_id = e.account_id"
+        " WHERE e.bucket = 'F' AND la.track_limits AND p.kind IN ("
+        + ", ".join(["%s"] * len(kinds))
+        + ")"
+        + (" AND p.created_at >= %s" if since is not None else ""),
+        [*kinds, *([since] if since is not None else [])],
+    )
+    return [
+        (account, asset, kind, _datetime(created), _decimal(amount) * side)
+        for account, asset, kind, created, side, amount in cursor.fetchall()
+    ]
+
+
+def _datetime(value) -> datetime:
+    # SQLite gives raw text to a cursor: the stored UTC time.
+    if isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _check_counters(cursor, result: CheckResult, now: datetime) -> None:
+    """The stored limit counters of the current day, month and year equal the journal's."""
+    periods = period_keys(now)
+    year_start = datetime.combine(periods[-1][1], datetime.min.time(), tzinfo=UTC)
+    expected = from_journal(journal_free_changes(cursor, since=year_start), periods)
+    where = " OR ".join(["(span = %s AND period_start = %s)"] * len(periods))
+    cursor.execute(
+        "SELECT account_id, asset_id, span, period_start, deposits, withdrawals, p2p_in, p2p_out"
+        f" FROM accounts_limitcounter WHERE {where}",
+        [v for key in periods for v in key],
+    )
+    stored = {}
+    for account, asset, span, start, *values in cursor.fetchall():
+        start = start if isinstance(start, date) else date.fromisoformat(str(start))
+        stored[(account, asset, span, start)] = [_decimal(v) for v in values]
+    zero = [Decimal(0)] * 4
+    for key in sorted(set(stored) | set(expected), key=str):
+        if stored.get(key, zero) != expected.get(key, zero):
+            account, asset, span, start = key
+            result.problems.append(
+                f"account {account} asset {asset}: limit counter {span} {start} is {stored.get(key, zero)},"
+                f" journal gives {expected.get(key, zero)} (deposits, withdrawals, p2p in, p2p out)"
+            )
+
+
 def ledger_check(*, record: bool = False) -> CheckResult:
     started = timezone.now()
     result = CheckResult()
@@ -113,6 +167,7 @@ def ledger_check(*, record: bool = False) -> CheckResult:
         for (account, asset), expected in journal.items():
             if (account, asset) not in seen and any(expected):
                 result.problems.append(f"account {account} asset {asset}: journal {expected} but no balance row")
+        _check_counters(cursor, result, timezone.now())
     if record:
         LedgerCheckRun.objects.create(
             started_at=started,

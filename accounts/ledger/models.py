@@ -63,6 +63,9 @@ class LedgerAccount(models.Model):
     user = models.OneToOneField("accounts.User", primary_key=True, on_delete=models.PROTECT, related_name="ledger")
     seq = models.BigIntegerField(default=0)
     allow_negative = models.BooleanField(default=False, help_text="Only the outside world's system accounts.")
+    track_limits = models.BooleanField(
+        default=True, help_text="Keep limit counters (customers); the service's own accounts have no limits."
+    )
 
     def __str__(self) -> str:
         return f"ledger of {self.user_id}"
@@ -163,6 +166,42 @@ class BalanceChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account_id} {self.asset_id} #{self.seq}: free {self.free_after}, locked {self.locked_after}"
+
+
+class LimitSpan(models.TextChoices):
+    DAY = "D", "day"
+    MONTH = "M", "month"
+    YEAR = "Y", "year"
+
+
+class LimitCounter(models.Model):
+    """Running totals of the movements that count against an account's limits, per asset and
+    calendar period (UTC day, month, year), in the asset's own units: written by `post()` in the
+    posting's transaction, under the account's lock, so a limit check reads a few rows instead of
+    summing the journal. The journal stays the truth: the ledger check recomputes the current
+    periods' counters from it.
+
+    deposits, withdrawals: net free-balance change by deposit / withdrawal postings (a withdrawal's
+    hold is negative, its release positive); p2p_in, p2p_out: transfers received / sent."""
+
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
+    span = models.CharField(max_length=1, choices=LimitSpan.choices)
+    period_start = models.DateField()
+    deposits = AmountField(default=Decimal(0))
+    withdrawals = AmountField(default=Decimal(0))
+    p2p_in = AmountField(default=Decimal(0))
+    p2p_out = AmountField(default=Decimal(0))
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "span", "period_start", "asset"], name="limit_counter_per_period"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.asset_id} {self.span} {self.period_start}"
 
 
 class LedgerCheckRun(models.Model):

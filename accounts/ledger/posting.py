@@ -2,9 +2,10 @@
 
 In one database transaction it locks the ledger rows of the accounts involved (always in account-id
 order, so concurrent postings never deadlock), reads their balances, refuses a debit that would make
-a customer balance negative (-1131), writes the new balances, the posting, its entries and the
-change-feed rows. The statements are written by hand: this is the hottest path of the service and
-the ORM's query building cost more than the database work here. They run on PostgreSQL and SQLite.
+a customer balance negative (-1131), writes the new balances, the posting, its entries, the
+change-feed rows and the limit counters. The statements are written by hand: this is the hottest
+path of the service. On PostgreSQL a posting is two prepared statements (lock; write everything),
+plus what the caller's guard reads; on SQLite (the embedded mode) the write is separate statements.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
+from functools import partial
 
+import psycopg
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.ledger import counters
 from accounts.ledger.models import QUANTUM, Asset, Bucket, BusinessType
 from exchange.api.errors import InsufficientBalance
 
@@ -152,48 +156,57 @@ def post(
     memo: str = "",
     actor_id: int | None = None,
     guard: Callable[[], None] | None = None,
+    record: Callable[[PostingResult], None] | None = None,
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
     would take a customer balance below zero, IntegrityError when `reference` was used before.
 
     `guard`, when given, runs once every account of the posting is locked and before anything is
     written: checks that must see all earlier movements of these accounts (limits, duplicate client
-    ids) go there, so callers never take locks of their own out of the global order."""
+    ids) go there, so callers never take locks of their own out of the global order. `record`, when
+    given, runs after the posting is written, in its transaction: the business row that belongs
+    with it (a transfer) is written there, so a caller needs no transaction of its own around post()
+    (which would cost a savepoint)."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
-        return _post(legs, kind, reference, memo, actor_id, guard)
+        return _post(legs, kind, reference, memo, actor_id, guard, record)
 
 
-def _post(legs, kind, reference, memo, actor_id, guard=None) -> PostingResult:
+@dataclass(frozen=True)
+class _Locked:
+    seq: int
+    allow_negative: bool
+    track_limits: bool
+
+
+def _post(legs, kind, reference, memo, actor_id, guard=None, record=None) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
     kind = BusinessType(kind).value
     account_ids = sorted({account for account, _, _ in totals})
     pairs = sorted({(account, asset_id(asset), asset) for account, asset, _ in totals})
-    changes_per_account = defaultdict(int)
-    for account, _, _ in pairs:
-        changes_per_account[account] += 1
     now = timezone.now()
-    vendor_lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    write = _write_postgresql if connection.vendor == "postgresql" else _write_portable
 
     for attempt in (1, 2):
         try:
-            return _post_locked(
-                totals,
-                kind,
-                reference,
-                memo,
-                actor_id,
-                account_ids,
-                pairs,
-                changes_per_account,
-                now,
-                vendor_lock,
-                guard,
-            )
+            # The outermost transaction when the caller has none (no savepoint round trips).
+            with transaction.atomic():
+                accounts = _lock_accounts(account_ids)
+                if len(accounts) < len(account_ids):
+                    raise _MissingLedgerAccounts()
+                if guard is not None:
+                    guard()
+                result = write(_plan(totals, kind, pairs, accounts), kind, reference, memo[:255], actor_id, now)
+                if record is not None:
+                    record(result)
+                if after_commit_listeners:
+                    transaction.on_commit(partial(_notify, result))
+            return result
         except _MissingLedgerAccounts:
-            # Our savepoint is rolled back, so no lock of this posting is held while the rows are
-            # created: creating them under other accounts' locks could deadlock with a twin posting.
+            # Our transaction (or savepoint) is rolled back, so no lock of this posting is held
+            # while the rows are created: creating them under other accounts' locks could deadlock
+            # with a twin posting.
             if attempt == 2:
                 raise ValueError(f"Unknown account among {account_ids}") from None
             _open_ledger_accounts(account_ids)
@@ -208,111 +221,262 @@ def _open_ledger_accounts(account_ids: list[int]) -> None:
     """Create missing ledger rows (accounts normally get theirs when they are created)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO accounts_ledgeraccount (user_id, seq, allow_negative) SELECT id, 0, FALSE FROM accounts_user"
+            "INSERT INTO accounts_ledgeraccount (user_id, seq, allow_negative, track_limits)"
+            " SELECT id, 0, FALSE, system_role IS NULL FROM accounts_user"
             " WHERE id IN (" + ", ".join(["%s"] * len(account_ids)) + ") ORDER BY id ON CONFLICT (user_id) DO NOTHING",
             account_ids,
         )
 
 
-def _post_locked(
-    totals, kind, reference, memo, actor_id, account_ids, pairs, changes_per_account, now, vendor_lock, guard
-) -> PostingResult:
-    with transaction.atomic():
-        cursor = connection.cursor()
-        accounts = _lock_accounts(cursor, account_ids, vendor_lock)
-        if len(accounts) < len(account_ids):
-            raise _MissingLedgerAccounts()
-        if guard is not None:
-            guard()
+def prepared_cursor():
+    """A cursor on the current connection (and transaction) for the ledger's hot statements. On
+    PostgreSQL a plain psycopg cursor (server-side binding): with `prepare=True` a statement is
+    parsed and planned once per connection. Database errors still arrive as Django's (wrap them
+    with `connection.wrap_database_errors`)."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
+    connection.ensure_connection()
+    return psycopg.Cursor(connection.connection)
 
-        cursor.execute(
-            "UPDATE accounts_ledgeraccount SET seq = seq + CASE user_id "
-            + " ".join(["WHEN %s THEN %s"] * len(account_ids))
-            + " END WHERE user_id IN ("
-            + ", ".join(["%s"] * len(account_ids))
-            + ")",
-            [v for account in account_ids for v in (account, changes_per_account[account])] + account_ids,
+
+def fetch_prepared(sql: str, params) -> list[tuple]:
+    """Run one hot statement (prepared on PostgreSQL, see prepared_cursor) and return its rows."""
+    with connection.wrap_database_errors, prepared_cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _lock_accounts(account_ids: list[int]) -> dict[int, _Locked]:
+    if connection.vendor == "postgresql":
+        rows = fetch_prepared(
+            "SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount"
+            " WHERE user_id = ANY(%s::bigint[]) ORDER BY user_id FOR UPDATE",
+            [account_ids],
         )
-
-        where = " OR ".join(["(account_id = %s AND asset_id = %s)"] * len(pairs))
-        cursor.execute(
-            f"SELECT account_id, asset_id, free, locked FROM accounts_balance WHERE {where}",
-            [v for account, asset, _ in pairs for v in (account, asset)],
-        )
-        current = {(row[0], row[1]): (_decimal(row[2]), _decimal(row[3])) for row in cursor.fetchall()}
-
-        after: list[BalanceAfter] = []
-        next_seq = {account: accounts[account][0] for account in account_ids}
-        for account, asset, code in pairs:
-            free, locked = current.get((account, asset), (ZERO, ZERO))
-            delta_free = totals.get((account, code, Bucket.FREE), ZERO)
-            delta_locked = totals.get((account, code, Bucket.LOCKED), ZERO)
-            new_free, new_locked = free + delta_free, locked + delta_locked
-            if new_locked < ZERO or (new_free < ZERO and not accounts[account][1]):
-                raise InsufficientBalance()
-            next_seq[account] += 1
-            after.append(BalanceAfter(account, code, new_free, new_locked, delta_free, delta_locked, next_seq[account]))
-
-        ids = {code: asset for _, asset, code in pairs}
-        cursor.execute(
-            "INSERT INTO accounts_balance (account_id, asset_id, free, locked, allow_negative, updated_at) VALUES "
-            + _placeholders(len(after), 6)
-            + " ON CONFLICT (account_id, asset_id) DO UPDATE SET free = excluded.free, locked = excluded.locked,"
-            " updated_at = excluded.updated_at",
-            [v for b in after for v in (b.account_id, ids[b.asset], b.free, b.locked, accounts[b.account_id][1], now)],
-        )
-
-        cursor.execute(
-            "INSERT INTO accounts_posting (kind, reference, memo, actor_id, created_at) VALUES (%s, %s, %s, %s, %s)"
-            " RETURNING id",
-            [kind, reference, memo[:255], actor_id, now],
-        )
-        posting_id = cursor.fetchone()[0]
-
-        entries = sorted(totals.items())
-        cursor.execute(
-            "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES "
-            + _placeholders(len(entries), 6),
-            [
-                v
-                for (account, code, bucket), amount in entries
-                for v in (posting_id, account, ids[code], bucket, 1 if amount > 0 else -1, abs(amount))
-            ],
-        )
-
-        cursor.execute(
-            "INSERT INTO accounts_balancechange (account_id, asset_id, posting_id, kind, seq, delta_free, delta_locked,"
-            " free_after, locked_after, created_at, published_at) VALUES " + _placeholders(len(after), 11),
-            [
-                v
-                for b in after
-                for v in (
-                    b.account_id,
-                    ids[b.asset],
-                    posting_id,
-                    kind,
-                    b.seq,
-                    b.delta_free,
-                    b.delta_locked,
-                    b.free,
-                    b.locked,
-                    now,
-                    None,
-                )
-            ],
-        )
-        result = PostingResult(posting_id, kind, reference, now, tuple(after))
-        if after_commit_listeners:
-            transaction.on_commit(lambda: _notify(result))
-    return result
+    else:  # SQLite: one writer at a time; the posting's first write takes the database lock
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount WHERE user_id IN ("
+                + ", ".join(["%s"] * len(account_ids))
+                + ") ORDER BY user_id",
+                account_ids,
+            )
+            rows = cursor.fetchall()
+    return {row[0]: _Locked(row[1], bool(row[2]), bool(row[3])) for row in rows}
 
 
-def _lock_accounts(cursor, account_ids: list[int], vendor_lock: str) -> dict[int, tuple[int, bool]]:
+@dataclass
+class _Plan:
+    """What a posting writes, computed before the write: per (account, asset) the deltas and the
+    change-feed sequence, the entries, and the limit counters' increments."""
+
+    changes: list[tuple[int, int, str, Decimal, Decimal, int, bool]]  # account, asset id, code, dF, dL, seq, neg
+    entries: list[tuple[int, int, str, int, Decimal]]  # account, asset id, bucket, side, amount
+    counters: list[tuple[int, int, Decimal, Decimal, Decimal, Decimal]]  # account, asset id, dep, wd, in, out
+    codes: dict[int, str]
+
+
+def _plan(totals, kind: str, pairs, accounts: dict[int, _Locked]) -> _Plan:
+    next_seq = {account: locked.seq for account, locked in accounts.items()}
+    changes, counter_rows = [], []
+    for account, asset, code in pairs:
+        delta_free = totals.get((account, code, Bucket.FREE), ZERO)
+        delta_locked = totals.get((account, code, Bucket.LOCKED), ZERO)
+        next_seq[account] += 1
+        locked = accounts[account]
+        changes.append((account, asset, code, delta_free, delta_locked, next_seq[account], locked.allow_negative))
+        added = counters.increment(kind, delta_free) if locked.track_limits else None
+        if added is not None:
+            counter_rows.append((account, asset, *added))
+    ids = {code: asset for _, asset, code in pairs}
+    entries = [
+        (account, ids[code], bucket, 1 if amount > 0 else -1, abs(amount))
+        for (account, code, bucket), amount in sorted(totals.items())
+    ]
+    return _Plan(changes, entries, counter_rows, {asset: code for _, asset, code in pairs})
+
+
+def _result(plan: _Plan, posting_id: int, kind: str, reference: str, now, after: dict) -> PostingResult:
+    balances = []
+    for account, asset, code, delta_free, delta_locked, seq, _ in plan.changes:
+        free, locked = after[(account, asset)]
+        balances.append(BalanceAfter(account, code, free, locked, delta_free, delta_locked, seq))
+    return PostingResult(posting_id, kind, reference, now, tuple(balances))
+
+
+# PostgreSQL: the whole write is one prepared statement. It reads the balances (stable: every
+# writer of a balance holds its account's lock, which this transaction holds) and writes only if no
+# customer balance would go negative; otherwise it writes nothing and returns no posting id.
+_PG_WRITE = """
+WITH d AS (
+    SELECT * FROM unnest(%(d_account)s::bigint[], %(d_asset)s::bigint[], %(d_free)s::numeric[],
+        %(d_locked)s::numeric[], %(d_seq)s::bigint[], %(d_negative)s::boolean[])
+        AS d(account_id, asset_id, delta_free, delta_locked, seq, allow_negative)
+), n AS (
+    SELECT d.*, COALESCE(b.free, 0) + d.delta_free AS free, COALESCE(b.locked, 0) + d.delta_locked AS locked
+    FROM d LEFT JOIN accounts_balance b ON b.account_id = d.account_id AND b.asset_id = d.asset_id
+), ok AS (
+    SELECT bool_and(n.locked >= 0 AND (n.free >= 0 OR n.allow_negative)) AS ok FROM n
+), p AS (
+    INSERT INTO accounts_posting (kind, reference, memo, actor_id, created_at)
+    SELECT %(kind)s::varchar, %(reference)s::varchar, %(memo)s::varchar, %(actor)s::bigint, %(now)s::timestamptz
+    WHERE (SELECT ok FROM ok)
+    RETURNING id
+), b AS (
+    INSERT INTO accounts_balance AS b (account_id, asset_id, free, locked, allow_negative, updated_at)
+    SELECT n.account_id, n.asset_id, n.free, n.locked, n.allow_negative, %(now)s::timestamptz FROM n, p
+    ON CONFLICT (account_id, asset_id) DO UPDATE
+        SET free = excluded.free, locked = excluded.locked, updated_at = excluded.updated_at
+), s AS (
+    UPDATE accounts_ledgeraccount la SET seq = m.seq
+    FROM (SELECT account_id, max(seq) AS seq FROM d GROUP BY account_id) m, p
+    WHERE la.user_id = m.account_id
+), e AS (
+    INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount)
+    SELECT p.id, x.account_id, x.asset_id, x.bucket, x.side, x.amount FROM p,
+        unnest(%(e_account)s::bigint[], %(e_asset)s::bigint[], %(e_bucket)s::varchar[], %(e_side)s::smallint[],
+            %(e_amount)s::numeric[]) AS x(account_id, asset_id, bucket, side, amount)
+), c AS (
+    INSERT INTO accounts_balancechange (account_id, asset_id, posting_id, kind, seq, delta_free, delta_locked,
+        free_after, locked_after, created_at, published_at)
+    SELECT n.account_id, n.asset_id, p.id, %(kind)s::varchar, n.seq, n.delta_free, n.delta_locked, n.free, n.locked,
+        %(now)s::timestamptz, NULL FROM n, p
+), l AS (
+    INSERT INTO accounts_limitcounter AS l (account_id, asset_id, span, period_start, deposits, withdrawals, p2p_in,
+        p2p_out)
+    SELECT x.account_id, x.asset_id, t.span, t.period_start, x.deposits, x.withdrawals, x.p2p_in, x.p2p_out FROM p,
+        unnest(%(l_account)s::bigint[], %(l_asset)s::bigint[], %(l_deposits)s::numeric[],
+            %(l_withdrawals)s::numeric[], %(l_in)s::numeric[], %(l_out)s::numeric[])
+            AS x(account_id, asset_id, deposits, withdrawals, p2p_in, p2p_out),
+        unnest(%(t_span)s::varchar[], %(t_start)s::date[]) AS t(span, period_start)
+    ON CONFLICT (account_id, span, period_start, asset_id) DO UPDATE SET
+        deposits = l.deposits + excluded.deposits, withdrawals = l.withdrawals + excluded.withdrawals,
+        p2p_in = l.p2p_in + excluded.p2p_in, p2p_out = l.p2p_out + excluded.p2p_out
+)
+SELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked FROM n
+"""
+
+
+def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now) -> PostingResult:
+    periods = counters.period_keys(now)
+    params = {
+        "d_account": [c[0] for c in plan.changes],
+        "d_asset": [c[1] for c in plan.changes],
+        "d_free": [c[3] for c in plan.changes],
+        "d_locked": [c[4] for c in plan.changes],
+        "d_seq": [c[5] for c in plan.changes],
+        "d_negative": [c[6] for c in plan.changes],
+        "kind": kind,
+        "reference": reference,
+        "memo": memo,
+        "actor": actor_id,
+        "now": now,
+        "e_account": [e[0] for e in plan.entries],
+        "e_asset": [e[1] for e in plan.entries],
+        "e_bucket": [e[2] for e in plan.entries],
+        "e_side": [e[3] for e in plan.entries],
+        "e_amount": [e[4] for e in plan.entries],
+        "l_account": [c[0] for c in plan.counters],
+        "l_asset": [c[1] for c in plan.counters],
+        "l_deposits": [c[2] for c in plan.counters],
+        "l_withdrawals": [c[3] for c in plan.counters],
+        "l_in": [c[4] for c in plan.counters],
+        "l_out": [c[5] for c in plan.counters],
+        "t_span": [span for span, _ in periods],
+        "t_start": [start for _, start in periods],
+    }
+    rows = fetch_prepared(_PG_WRITE, params)
+    posting_id = rows[0][0]
+    if posting_id is None:
+        raise InsufficientBalance()
+    return _result(plan, posting_id, kind, reference, now, {(r[1], r[2]): (r[3], r[4]) for r in rows})
+
+
+def _write_portable(plan: _Plan, kind, reference, memo, actor_id, now) -> PostingResult:
+    """The same write as separate statements (SQLite, the embedded mode)."""
+    cursor = connection.cursor()
+    where = " OR ".join(["(account_id = %s AND asset_id = %s)"] * len(plan.changes))
     cursor.execute(
-        "SELECT user_id, seq, allow_negative FROM accounts_ledgeraccount WHERE user_id IN ("
-        + ", ".join(["%s"] * len(account_ids))
-        + ") ORDER BY user_id"
-        + vendor_lock,
-        account_ids,
+        f"SELECT account_id, asset_id, free, locked FROM accounts_balance WHERE {where}",
+        [v for change in plan.changes for v in change[:2]],
     )
-    return {row[0]: (row[1], bool(row[2])) for row in cursor.fetchall()}
+    current = {(row[0], row[1]): (_decimal(row[2]), _decimal(row[3])) for row in cursor.fetchall()}
+    after = {}
+    for account, asset, _, delta_free, delta_locked, _, negative in plan.changes:
+        free, locked = current.get((account, asset), (ZERO, ZERO))
+        after[(account, asset)] = (free + delta_free, locked + delta_locked)
+        if locked + delta_locked < ZERO or (free + delta_free < ZERO and not negative):
+            raise InsufficientBalance()
+
+    cursor.execute(
+        "INSERT INTO accounts_posting (kind, reference, memo, actor_id, created_at) VALUES (%s, %s, %s, %s, %s)"
+        " RETURNING id",
+        [kind, reference, memo, actor_id, now],
+    )
+    posting_id = cursor.fetchone()[0]
+    cursor.execute(
+        "INSERT INTO accounts_balance (account_id, asset_id, free, locked, allow_negative, updated_at) VALUES "
+        + _placeholders(len(plan.changes), 6)
+        + " ON CONFLICT (account_id, asset_id) DO UPDATE SET free = excluded.free, locked = excluded.locked,"
+        " updated_at = excluded.updated_at",
+        [v for c in plan.changes for v in (c[0], c[1], *after[(c[0], c[1])], c[6], now)],
+    )
+    last_seq = {}
+    for change in plan.changes:
+        last_seq[change[0]] = change[5]
+    cursor.execute(
+        "UPDATE accounts_ledgeraccount SET seq = CASE user_id "
+        + " ".join(["WHEN %s THEN %s"] * len(last_seq))
+        + " END WHERE user_id IN ("
+        + ", ".join(["%s"] * len(last_seq))
+        + ")",
+        [v for item in last_seq.items() for v in item] + list(last_seq),
+    )
+    cursor.execute(
+        "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES "
+        + _placeholders(len(plan.entries), 6),
+        [v for entry in plan.entries for v in (posting_id, *entry)],
+    )
+    cursor.execute(
+        "INSERT INTO accounts_balancechange (account_id, asset_id, posting_id, kind, seq, delta_free, delta_locked,"
+        " free_after, locked_after, created_at, published_at) VALUES " + _placeholders(len(plan.changes), 11),
+        [
+            v
+            for account, asset, _, d_free, d_locked, seq, _ in plan.changes
+            for v in (account, asset, posting_id, kind, seq, d_free, d_locked, *after[(account, asset)], now, None)
+        ],
+    )
+    if plan.counters:
+        _add_counters_portable(cursor, plan.counters, counters.period_keys(now))
+    return _result(plan, posting_id, kind, reference, now, after)
+
+
+def _add_counters_portable(cursor, rows, periods) -> None:
+    """SQLite adds NUMERIC columns as floating point: read the counters, add here, write the sums
+    (the embedded mode's transactions take the write lock at BEGIN, so nobody writes in between)."""
+    keys = [(row[0], row[1], span, start) for row in rows for span, start in periods]
+    where = " OR ".join(["(account_id = %s AND asset_id = %s AND span = %s AND period_start = %s)"] * len(keys))
+    cursor.execute(
+        "SELECT account_id, asset_id, span, period_start, deposits, withdrawals, p2p_in, p2p_out"
+        f" FROM accounts_limitcounter WHERE {where}",
+        [v for key in keys for v in key],
+    )
+    current = {
+        (account, asset, span, str(start)): [_decimal(v) for v in values]
+        for account, asset, span, start, *values in cursor.fetchall()
+    }
+    values = []
+    for row in rows:
+        for span, start in periods:
+            total = current.get((row[0], row[1], span, str(start)), [ZERO] * 4)
+            values.extend((row[0], row[1], span, start, *(t + added for t, added in zip(total, row[2:], strict=True))))
+    cursor.execute(
+        "INSERT INTO accounts_limitcounter (account_id, asset_id, span, period_start, deposits, withdrawals,"
+        " p2p_in, p2p_out) VALUES " + _placeholders(len(keys), 8) + " ON CONFLICT (account_id, span, period_start,"
+        " asset_id) DO UPDATE SET deposits = excluded.deposits, withdrawals = excluded.withdrawals,"
+        " p2p_in = excluded.p2p_in, p2p_out = excluded.p2p_out",
+        values,
+    )

@@ -36,7 +36,9 @@ def _ensure(role: SystemRole) -> int:
             user = User.objects.create_user(
                 email=f"system+{role.value}@ledger.internal", system_role=role, is_active=False
             )
-            LedgerAccount.objects.update_or_create(user=user, defaults={"allow_negative": role in NEGATIVE_ALLOWED})
+            LedgerAccount.objects.update_or_create(
+                user=user, defaults={"allow_negative": role in NEGATIVE_ALLOWED, "track_limits": False}
+            )
             return user.id
     except IntegrityError:  # created concurrently
         return User.objects.get(system_role=role).id

@@ -327,13 +327,13 @@ def test_ledger_rows_created_concurrently_by_first_postings_do_not_deadlock(make
     calls = Counter()
     t2_first_lock_done, t3_committed, t2_inserted, t2_go = (threading.Event() for _ in range(4))
 
-    def lock_accounts(cursor, account_ids, vendor_lock):
+    def lock_accounts(account_ids):
         name = threading.current_thread().name
         calls[name] += 1
         if name == "T2" and calls[name] == 2:  # after inserting the missing rows, before locking again
             t2_inserted.set()
             t2_go.wait(5)
-        found = real_lock(cursor, account_ids, vendor_lock)
+        found = real_lock(account_ids)
         if name == "T2" and calls[name] == 1:
             t2_first_lock_done.set()
             t3_committed.wait(5)

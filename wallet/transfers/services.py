@@ -12,9 +12,10 @@ from django.db import IntegrityError, transaction
 
 from accounts import ledger
 from accounts.ledger.models import Asset, BusinessType, Posting
+from accounts.ledger.posting import PostingResult, fetch_prepared
 from accounts.limits import outflow_refusal
 from accounts.models import SystemRole, User
-from accounts.selectors import user_get_by_address
+from accounts.selectors import user_ref_by_address
 from exchange.api.errors import UserNotFound
 from exchange.ttlcache import TtlCache
 from wallet import errors
@@ -49,10 +50,10 @@ def transfer_create(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.unknown("account")
-    recipient = user_get_by_address(address=target_address)
+    recipient = user_ref_by_address(address=target_address)
     if recipient is None or recipient.system_role is not None or not recipient.is_active:
         raise UserNotFound(msg="No account has this target_address.")
-    if recipient.pk == sender.pk:
+    if recipient.id == sender.pk:
         raise errors.invalid("target_address", "a transfer cannot go to the sender")
     if amount <= 0:
         raise errors.invalid("amount", "must be positive")
@@ -61,50 +62,79 @@ def transfer_create(
     if amount < asset.transfer_min_quantity:
         raise errors.invalid("amount", f"below the minimum {asset.transfer_min_quantity.normalize():f}")
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
-    legs = ledger.move(sender.pk, recipient.pk, asset.code, amount)
+    legs = ledger.move(sender.pk, recipient.id, asset.code, amount)
     if fee > 0:
         legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
+
+    def guard() -> None:
+        # Runs with the sender's (and every other) ledger row locked: the limit check sees every
+        # earlier movement of this sender.
+        refused = outflow_refusal(sender, asset, amount + fee, withdrawal=False)
+        if refused:
+            raise errors.limit_exceeded(*refused)
+
+    made: list[Transfer] = []
+
+    def record(result: PostingResult) -> None:
+        transfer = Transfer(
+            sender=sender,
+            recipient_id=recipient.id,
+            asset=asset,
+            amount=amount,
+            fee=fee,
+            target_address=target_address,
+            message=message,
+            client_transfer_id=client_transfer_id,
+            posting_id=result.posting_id,
+            api_version=api_version,
+            created_at=result.created_at,
+        )
+        values = [getattr(transfer, column) for column in _TRANSFER_COLUMNS]
+        transfer.pk = fetch_prepared(_INSERT_TRANSFER, values)[0][0]
+        transfer._state.adding = False
+        transfer._state.db = "default"
+        made.append(transfer)
+
     try:
-        with transaction.atomic():
-
-            def guard() -> None:
-                # Runs with the sender's (and every other) ledger row locked: the limit check and
-                # the duplicate check see every earlier transfer of this sender.
-                refused = outflow_refusal(sender, asset, amount + fee, withdrawal=False)
-                if refused:
-                    raise errors.limit_exceeded(*refused)
-                if (
-                    client_transfer_id is not None
-                    and Transfer.objects.filter(sender=sender, client_transfer_id=client_transfer_id).exists()
-                ):
-                    raise errors.duplicate("client_transfer_id")
-
-            result = ledger.post(
-                guard=guard,
-                legs=legs,
-                kind=BusinessType.P2P_TRANSFER,
-                reference=f"transfer:{sender.pk}:{client_transfer_id}"
-                if client_transfer_id is not None
-                else f"transfer-auto:{uuid.uuid4().hex}",
-                memo=message[:255],
-            )
-            return Transfer.objects.create(
-                sender=sender,
-                recipient=recipient,
-                asset=asset,
-                amount=amount,
-                fee=fee,
-                target_address=target_address,
-                message=message,
-                client_transfer_id=client_transfer_id,
-                posting_id=result.posting_id,
-                api_version=api_version,
-            )
+        # The client's id is in the posting's unique reference (and unique per sender on the
+        # transfer): a repeat, even a concurrent twin, fails there and moves nothing.
+        ledger.post(
+            guard=guard,
+            record=record,
+            legs=legs,
+            kind=BusinessType.P2P_TRANSFER,
+            reference=f"transfer:{sender.pk}:{client_transfer_id}"
+            if client_transfer_id is not None
+            else f"transfer-auto:{uuid.uuid4().hex}",
+            memo=message[:255],
+        )
     except IntegrityError as exc:
-        # Concurrent twins: the unique posting reference or client id refused the second.
         if client_transfer_id is not None:
             raise errors.duplicate("client_transfer_id") from exc
         raise
+    return made[0]
+
+
+_INSERT_TRANSFER = (
+    "INSERT INTO wallet_transfer (sender_id, recipient_id, asset_id, amount, fee, target_address, message,"
+    " client_transfer_id, status, posting_id, api_version, created_at, reversal_reason)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id"
+)
+_TRANSFER_COLUMNS = (
+    "sender_id",
+    "recipient_id",
+    "asset_id",
+    "amount",
+    "fee",
+    "target_address",
+    "message",
+    "client_transfer_id",
+    "status",
+    "posting_id",
+    "api_version",
+    "created_at",
+    "reversal_reason",
+)
 
 
 def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
