@@ -30,7 +30,9 @@ class CheckResult:
     def report(self) -> str:
         head = f"{self.postings} postings, {self.balances} balances: "
         if self.ok:
-            return head + "OK (every balance equals its journal, every posting and the book sum to zero)"
+            return head + (
+                "OK (every balance and limit counter equals its journal, every posting and the book sum to zero)"
+            )
         return head + f"{len(self.problems)} problem(s)\n" + "\n".join(self.problems[:200])
 
 
