@@ -149,4 +149,4 @@ def test_ledger_check_task_records_a_run_visible_in_the_admin():
     assert reverse("admin:accounts_ledgercheckrun_change", args=[check_run.pk]) in html
     detail = client.get(reverse("admin:accounts_ledgercheckrun_change", args=[check_run.pk]))
     assert detail.status_code == 200
-    assert "OK (every balance equals its journal" in detail.content.decode()
+    assert "OK (every balance and limit counter equals its journal" in detail.content.decode()
