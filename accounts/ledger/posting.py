@@ -360,33 +360,24 @@ SELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked FROM n
 """
 
 
+def _arrays(names: tuple[str | None, ...], rows: list[tuple]) -> dict[str, list]:
+    """Columns of `rows` as lists (the statement unnests them), named; a None name is left out."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    return {name: list(column) for name, column in zip(names, columns, strict=True) if name is not None}
+
+
 def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now) -> PostingResult:
     periods = counters.period_keys(now)
     params = {
-        "d_account": [c[0] for c in plan.changes],
-        "d_asset": [c[1] for c in plan.changes],
-        "d_free": [c[3] for c in plan.changes],
-        "d_locked": [c[4] for c in plan.changes],
-        "d_seq": [c[5] for c in plan.changes],
-        "d_negative": [c[6] for c in plan.changes],
+        **_arrays(("d_account", "d_asset", None, "d_free", "d_locked", "d_seq", "d_negative"), plan.changes),
+        **_arrays(("e_account", "e_asset", "e_bucket", "e_side", "e_amount"), plan.entries),
+        **_arrays(("l_account", "l_asset", "l_deposits", "l_withdrawals", "l_in", "l_out"), plan.counters),
+        **_arrays(("t_span", "t_start"), periods),
         "kind": kind,
         "reference": reference,
         "memo": memo,
         "actor": actor_id,
         "now": now,
-        "e_account": [e[0] for e in plan.entries],
-        "e_asset": [e[1] for e in plan.entries],
-        "e_bucket": [e[2] for e in plan.entries],
-        "e_side": [e[3] for e in plan.entries],
-        "e_amount": [e[4] for e in plan.entries],
-        "l_account": [c[0] for c in plan.counters],
-        "l_asset": [c[1] for c in plan.counters],
-        "l_deposits": [c[2] for c in plan.counters],
-        "l_withdrawals": [c[3] for c in plan.counters],
-        "l_in": [c[4] for c in plan.counters],
-        "l_out": [c[5] for c in plan.counters],
-        "t_span": [span for span, _ in periods],
-        "t_start": [start for _, start in periods],
     }
     rows = fetch_prepared(_PG_WRITE, params)
     posting_id = rows[0][0]
