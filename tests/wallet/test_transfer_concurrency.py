@@ -7,7 +7,9 @@ connection (closed at the thread's end), committing for real (transaction=True).
   and nothing waits on a lock for long (no deadlock);
 - the same with a fee, so every posting also touches the fees account;
 - two accounts sending to each other at once (the classic lock-order deadlock);
-- the same client_transfer_id sent 50 times at once through the HTTP API moves money once.
+- the same client_transfer_id sent 50 times at once through the HTTP API moves money once;
+- 60 transfers at once against a daily limit that admits 20: exactly 20 pass (limit check and
+  counters under the sender's lock).
 """
 
 from __future__ import annotations
@@ -277,3 +279,59 @@ def test_same_client_transfer_id_through_the_service_at_once(make_user, ring_ass
     assert Counter(results) == {"ok": 1, -1010: 31}
     assert Transfer.objects.count() == 1
     assert_books(users, Decimal(100))
+
+
+def test_concurrent_transfers_never_exceed_the_daily_limit(make_user, ring_asset):
+    """A p2p daily cash-out limit of 100 RING; 60 transfers of 5 from one sender at once (300 in
+    all, with plenty of balance): the check and the counter update happen under the sender's lock,
+    so exactly 20 pass, the 40 others are refused as over the limit, and the counters agree with
+    the journal."""
+    tier = LimitTier.objects.create(name="tight", currency=ASSET)
+    big = Decimal(10**12)
+    for period in LimitPeriod.values:
+        cash_out = Decimal(100) if period == LimitPeriod.P2P_DAILY else big
+        TierLimit.objects.create(
+            tier=tier, period=period, cash_in_limit=big, cash_out_limit=cash_out, total_withdraw_limit=big
+        )
+    users = make_accounts(make_user, tier, 4, Decimal(10_000), "lim")
+    jobs = [(0, 1 + i % 3, Decimal(5), f"lim-{i}") for i in range(60)]
+    work, refused = list(jobs), Counter()
+    lock = threading.Lock()
+    start = threading.Barrier(THREADS)
+
+    def worker():
+        try:
+            sender = User.objects.get(pk=users[0].pk)
+            start.wait()
+            while True:
+                with lock:
+                    if not work:
+                        return
+                    _, recipient, amount, client_id = work.pop()
+                try:
+                    services.transfer_create(
+                        sender=sender,
+                        asset_code=ASSET,
+                        target_address=users[recipient].email,
+                        amount=amount,
+                        client_transfer_id=client_id,
+                    )
+                    outcome = "ok"
+                except ExchangeError as exc:
+                    outcome = f"{exc.code} {exc.msg}"
+                with lock:
+                    refused[outcome] += 1
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=worker) for _ in range(THREADS)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(DEADLINE_SECONDS)
+    assert refused["ok"] == 20, refused
+    assert sum(n for outcome, n in refused.items() if outcome.startswith("-1010") and "limit" in outcome) == 40, refused
+    assert Transfer.objects.filter(sender=users[0]).count() == 20
+    assert free_of(users[0].pk) == Decimal(10_000 - 100)
+    check = ledger_check()
+    assert check.ok, check.problems
