@@ -49,7 +49,7 @@ def ring_asset(db):
 
 @pytest.fixture
 def roomy_tier(db):
-    """Limits are checked on every transfer (from the journal) but never reached here."""
+    """Limits are checked on every transfer (from the limit counters) but never reached here."""
     tier = LimitTier.objects.create(name="roomy", currency=ASSET)
     big = Decimal(10**12)
     for period in LimitPeriod.values:
