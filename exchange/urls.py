@@ -5,6 +5,6 @@ admin.site.site_header = "Exchange operations"
 admin.site.site_title = "Exchange operations"
 
 urlpatterns = [
+    path("openapi/", include("exchange.api_urls")),  # first: the busy prefix (the two never overlap)
     path("admin/", admin.site.urls),
-    path("openapi/", include("exchange.api_urls")),
 ]

@@ -1,4 +1,12 @@
-"""The caller's address, honouring X-Forwarded-For only from TRUSTED_PROXIES."""
+"""Middleware of the gateway: the caller's address (honouring X-Forwarded-For only from
+TRUSTED_PROXIES), and the site middleware (sessions, CSRF, user, messages) kept off API paths.
+
+The admin needs sessions, CSRF protection, the logged-in user and messages; the API needs none of
+them (every /openapi/ endpoint authenticates each request itself, never with a cookie, and is
+CSRF-exempt), yet they cost about a tenth of a cheap request's CPU. Their subclasses below let
+API requests through untouched; every other path (the admin, the Swagger UI page and the schema it
+loads) gets the full behaviour. They are subclasses so that the admin's checks still find them.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +14,18 @@ import ipaddress
 from functools import lru_cache
 
 from django.conf import settings
+from django.contrib.auth.middleware import AuthenticationMiddleware as DjangoAuthenticationMiddleware
+from django.contrib.messages.middleware import MessageMiddleware as DjangoMessageMiddleware
+from django.contrib.sessions.middleware import SessionMiddleware as DjangoSessionMiddleware
+from django.middleware.csrf import CsrfViewMiddleware as DjangoCsrfViewMiddleware
+
+API_PREFIX = "/openapi/"
+# Pages under /openapi/ made for browsers: they keep the site middleware (Swagger UI sends the CSRF token).
+BROWSER_PATHS = frozenset({"/openapi/docs", "/openapi/schema"})
+
+
+def is_api_path(path_info: str) -> bool:
+    return path_info.startswith(API_PREFIX) and path_info not in BROWSER_PATHS
 
 
 @lru_cache(maxsize=8)
@@ -62,3 +82,31 @@ class ClientIpMiddleware:
     def __call__(self, request):
         request.client_ip = client_ip(request.META)
         return self.get_response(request)
+
+
+class _SiteOnly:
+    """Run the middleware this is mixed into for every path but the API's."""
+
+    def __call__(self, request):
+        if is_api_path(request.path_info):
+            return self.get_response(request)  # a coroutine in async mode, awaited by the caller
+        return super().__call__(request)
+
+
+class SessionMiddleware(_SiteOnly, DjangoSessionMiddleware):
+    pass
+
+
+class CsrfViewMiddleware(_SiteOnly, DjangoCsrfViewMiddleware):
+    def process_view(self, request, callback, callback_args, callback_kwargs):
+        if is_api_path(request.path_info):
+            return None  # every API view is CSRF-exempt anyway
+        return super().process_view(request, callback, callback_args, callback_kwargs)
+
+
+class AuthenticationMiddleware(_SiteOnly, DjangoAuthenticationMiddleware):
+    pass
+
+
+class MessageMiddleware(_SiteOnly, DjangoMessageMiddleware):
+    pass

@@ -42,10 +42,19 @@ def split_pairs(text: str) -> list[tuple[str, str]]:
         raise BadRequest(msg=f"Too many parameters (at most {MAX_FIELDS}).") from exc
 
 
-def merge_params(query: str, body: str, body_pairs: Iterable[tuple[str, str]] | None = None) -> dict[str, str]:
-    """Query string wins over body; within one source the first occurrence wins; blanks are absent."""
+def merge_params(
+    query: str,
+    body: str,
+    body_pairs: Iterable[tuple[str, str]] | None = None,
+    query_pairs: Iterable[tuple[str, str]] | None = None,
+) -> dict[str, str]:
+    """Query string wins over body; within one source the first occurrence wins; blanks are absent.
+    Pairs already split from the texts (`split_pairs`) may be passed instead of parsing them again."""
     merged: dict[str, str] = {}
-    for pairs in (split_pairs(query), body_pairs if body_pairs is not None else split_pairs(body)):
+    for pairs in (
+        query_pairs if query_pairs is not None else split_pairs(query),
+        body_pairs if body_pairs is not None else split_pairs(body),
+    ):
         for key, value in pairs:
             if value != "" and key not in merged:
                 merged[key] = value

@@ -80,11 +80,13 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "exchange.api.middleware.ClientIpMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, CSRF, auth and messages middleware, kept off the API's paths (they serve the
+    # admin; the gateway authenticates API requests itself): see exchange/api/middleware.py.
+    "exchange.api.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "exchange.api.middleware.CsrfViewMiddleware",
+    "exchange.api.middleware.AuthenticationMiddleware",
+    "exchange.api.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
