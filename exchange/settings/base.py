@@ -120,6 +120,11 @@ else:
     # Off by default: a `SELECT 1` round trip on every request that reuses a connection. Without it
     # a restarted database costs one failed request per pooled connection (docs/operations.md).
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_HEALTH_CHECKS", default=False)
+    # The ledger's hot statements are prepared (parsed and planned once per connection); Django's
+    # own queries bind client-side and are never prepared. Off behind a transaction-mode pooler that
+    # cannot keep prepared statements (DB_PREPARED_STATEMENTS=false; docs/operations.md).
+    if env.bool("DB_PREPARED_STATEMENTS", default=True):
+        DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
 DATABASES["default"]["ATOMIC_REQUESTS"] = False  # services own their transactions
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

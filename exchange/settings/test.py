@@ -6,6 +6,7 @@ from .base import env
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; test users only
 DATABASES = {"default": env.db("DATABASE_URL", default="postgres://exchange:exchange@127.0.0.1:5432/exchange")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
+DATABASES["default"]["OPTIONS"] = {"prepare_threshold": 5}  # as in production (base.py)
 # Separate names let several test runs share one PostgreSQL (set with a separate REDIS_URL database).
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_exchange")}
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/15")
