@@ -18,7 +18,7 @@ from decimal import Decimal, localcontext
 from functools import partial
 
 import psycopg
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from accounts.ledger import counters
@@ -231,22 +231,27 @@ def _open_ledger_accounts(account_ids: list[int]) -> None:
 def prepared_cursor():
     """A cursor on the current connection (and transaction) for the ledger's hot statements. On
     PostgreSQL a plain psycopg cursor (server-side binding): with `prepare=True` a statement is
-    parsed and planned once per connection. Database errors still arrive as Django's (wrap them
-    with `connection.wrap_database_errors`)."""
-    if connection.vendor != "postgresql":
-        return connection.cursor()
-    connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
+    parsed and planned once per connection (settings: DB_PREPARED_STATEMENTS). Database errors
+    still arrive as Django's (wrap them with `connection.wrap_database_errors`)."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql":
+        return db.cursor()
+    db.ensure_connection()
+    return psycopg.Cursor(db.connection)
 
 
 def fetch_prepared(sql: str, params) -> list[tuple]:
     """Run one hot statement (prepared on PostgreSQL, see prepared_cursor) and return its rows."""
-    with connection.wrap_database_errors, prepared_cursor() as cursor:
-        if connection.vendor == "postgresql":
+    db = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy is a lookup
+    with db.wrap_database_errors:
+        if db.vendor != "postgresql":
+            with db.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchall()
+        db.ensure_connection()
+        with psycopg.Cursor(db.connection) as cursor:
             cursor.execute(sql, params, prepare=True)
-        else:
-            cursor.execute(sql, params)
-        return cursor.fetchall()
+            return cursor.fetchall()
 
 
 def _lock_accounts(account_ids: list[int]) -> dict[int, _Locked]:
