@@ -217,11 +217,13 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
                 self.last_seq[account] = rows[0]["seq"] - 1
             email = None if owner == account else (message["email"] or await database_sync_to_async(_email)(account))
             last = self.last_seq[account]
-            upto = rows[0]["seq"] - 1 if rows else message.get("catch_up_to", last)
-            if upto > last:
-                gap = await database_sync_to_async(relay.rows_between)(account, last + 1, upto)
-                rows = gap + rows
             fresh = [row for row in rows if row["seq"] > last]
+            upto = fresh[-1]["seq"] if fresh else message.get("catch_up_to", last)
+            if upto - last > len(fresh):
+                # Some rows up to `upto` never reached us, before these or between them (a batch
+                # holds the postings handed to the publisher so far, and a concurrent posting's
+                # earlier sequence may come in the next batch): read them all from the database.
+                fresh = await database_sync_to_async(relay.rows_between)(account, last + 1, upto)
             if not fresh:
                 return
             self.last_seq[account] = fresh[-1]["seq"]

@@ -1,23 +1,25 @@
 """The relay: change-feed rows to the websocket consumers, at least once and in order.
 
-- Fast path: right after a posting commits, the committing process hands it to its publisher (an
-  event loop: the server's, or a daemon thread's in processes without websockets), which sends the
-  rows to the account's group (and to its master's, when the master is whitelisted) in batches and
-  marks them published. Only where the channel layer is shared (Redis) or in the server process
-  itself: the embedded in-memory layer exists in one process, so another process
-  (`manage.py deposit`) leaves its rows to the server.
+- Fast path: right after a posting commits, the committing process hands it to its publisher (a
+  daemon thread, `Publisher`), which sends the rows to the account's group (and to its master's,
+  when the master is whitelisted) in batches and then marks them published. Only where the channel
+  layer is shared (Redis) or in the server process itself: the embedded in-memory layer exists in
+  one process (its sends run on the server's event loop), so another process (`manage.py deposit`)
+  leaves its rows to the server.
 - Sweeper: an asyncio task in each server process publishes rows still unpublished after
   STREAM_SWEEP_GRACE_SECONDS (a process that crashed between commit and publish, or another
   process in the embedded default).
 - Order: every row carries its per-account sequence; a consumer drops what it has already sent and
-  fills any gap from the database before going on, so duplicates and reordering between the two
-  paths never reach a client.
+  fills any gap (before a message's rows or between them) from the database before going on, so
+  duplicates and reordering between batches and between the two paths never reach a client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import queue
 import threading
 import time
 from collections import defaultdict
@@ -27,12 +29,14 @@ from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
+from django.db import connection as db_connection
 from django.utils import timezone
 
 from accounts.ledger.models import Asset, BalanceChange
 from accounts.ledger.posting import PostingResult
 from accounts.models import LedgerAccount, User
 from exchange.api import formatting as fmt
+from streams import fanout
 from streams.events import row_payload
 
 logger = logging.getLogger(__name__)
@@ -123,98 +127,209 @@ def _result_messages(results: list[PostingResult]) -> list[tuple[str, dict]]:
 
 
 def _mark_postings_published(posting_ids: list[int]) -> None:
-    BalanceChange.objects.filter(posting_id__in=posting_ids, published_at__isnull=True).update(
-        published_at=timezone.now()
-    )
+    """One statement for any number of postings (the ORM's query building cost more than the
+    database's work here)."""
+    table = BalanceChange._meta.db_table
+    with db_connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET published_at = %s WHERE posting_id IN ({', '.join(['%s'] * len(posting_ids))})"  # noqa: S608
+            " AND published_at IS NULL",
+            [db_connection.ops.adapt_datetimefield_value(timezone.now()), *posting_ids],
+        )
 
 
 class Publisher:
-    """Publishes committed postings from one event loop, in batches. Postings are handed over from
-    any thread in microseconds (`submit`), so a posting never waits for Redis; what a crash loses
-    from the queue the sweeper publishes."""
+    """This process's fast path: a daemon thread that publishes committed postings in batches.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.pending = 0  # submitted, not yet published (or given up)
+    A posting is handed over in microseconds (`submit`: a queue put), so it never waits for Redis.
+    The thread takes everything queued (lingering up to LINGER_SECONDS for more), builds one
+    message per account, and sends them all with its sender (`streams.fanout`: for the Redis layer
+    two round trips per batch, one when nobody listens). Rows are marked published only after they
+    were sent, by one UPDATE for all the postings sent in the last MARK_DELAY_SECONDS, on the
+    thread's own database connection. A crash before that mark costs duplicates (the sweeper sends
+    the rows again; consumers drop them); what a crash loses from the queue the sweeper publishes."""
+
+    MAX_BATCH = 500
+    LINGER_SECONDS = 0.002  # only when busy (see _take_batch)
+    MARK_DELAY_SECONDS = 0.05  # well under STREAM_SWEEP_GRACE_SECONDS, so the sweeper rarely resends
+    MAX_UNMARKED = 2000
+
+    def __init__(self, sender, sender_key: tuple | None = None) -> None:
+        self.sender = sender
+        self.sender_key = sender_key
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Condition()
+        self.pending = 0  # submitted, not yet marked published (or given up); guarded by _idle
+        self.batches = 0
+        self.marks = 0
+        self._unmarked: list[int] = []
+        self._unmarked_since = 0.0
+        self._flush = False
+        self._thread = threading.Thread(target=self._run, name="stream-publisher", daemon=True)
+        self._thread.start()
 
     def alive(self) -> bool:
-        return self.loop.is_running() and not self.loop.is_closed()
+        return self._thread.is_alive()
 
     def submit(self, result: PostingResult) -> None:
-        self.pending += 1
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, result)
+        with self._idle:
+            self.pending += 1
+        self._queue.put(result)
 
-    async def run(self) -> None:
-        while True:
-            batch = [await self.queue.get()]
-            while not self.queue.empty() and len(batch) < 500:
-                batch.append(self.queue.get_nowait())
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything submitted so far is sent and marked published (or given up);
+        False on timeout."""
+        with self._idle:
+            if self.pending == 0:
+                return True
+            self._flush = True
+        self._queue.put(None)  # wake the thread: mark now rather than after MARK_DELAY_SECONDS
+        with self._idle:
+            return self._idle.wait_for(lambda: self.pending == 0 or not self.alive(), timeout)
+
+    def _take_batch(self) -> list[PostingResult]:
+        """What is queued, waiting for the first item at most until the unmarked rows are due."""
+        try:
+            if self._unmarked:
+                wait = self._unmarked_since + self.MARK_DELAY_SECONDS - time.monotonic()
+                first = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+            else:
+                first = self._queue.get()
+        except queue.Empty:
+            return []
+        batch = [first]
+        while len(batch) < self.MAX_BATCH:
             try:
-                messages = await database_sync_to_async(_result_messages)(batch)
-                layer = get_channel_layer()
-                for group, message in messages:
-                    await layer.group_send(group, message)
-                await database_sync_to_async(_mark_postings_published)([r.posting_id for r in batch])
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("Publishing %s postings failed; the sweeper will deliver them", len(batch))
-            finally:
-                self.pending -= len(batch)
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if len(batch) > 1:
+            # Postings arrive faster than batches go out: wait a moment for more, so that the
+            # batch's fixed costs (round trips, thread switches) are shared by more postings. A
+            # lone posting goes out at once.
+            deadline = time.monotonic() + self.LINGER_SECONDS
+            while len(batch) < self.MAX_BATCH:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    break
+                try:
+                    batch.append(self._queue.get(timeout=wait))
+                except queue.Empty:
+                    break
+        return [result for result in batch if result is not None]
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if batch:
+                self._publish(batch)
+            if self._unmarked and (
+                self._flush
+                or len(self._unmarked) >= self.MAX_UNMARKED
+                or time.monotonic() >= self._unmarked_since + self.MARK_DELAY_SECONDS
+            ):
+                self._mark()
+            elif self._flush and not self._unmarked:
+                self._flush = False
+
+    def _done(self, count: int) -> None:
+        with self._idle:
+            self.pending -= count
+            if self.pending == 0:
+                self._idle.notify_all()
+
+    def _publish(self, batch: list[PostingResult]) -> None:
+        try:
+            self.sender.send(_result_messages(batch))
+        except Exception:
+            logger.exception("Publishing %s postings failed; the sweeper will deliver them", len(batch))
+            self._end_database_work()
+            self._done(len(batch))
+            return
+        self.batches += 1
+        if not self._unmarked:
+            self._unmarked_since = time.monotonic()
+        self._unmarked.extend(result.posting_id for result in batch)
+
+    def _mark(self) -> None:
+        ids, self._unmarked = self._unmarked, []
+        self._flush = False
+        try:
+            _mark_postings_published(ids)
+            self.marks += 1
+        except Exception:
+            logger.exception("Marking %s postings published failed; the sweeper will send them again", len(ids))
+        finally:
+            self._end_database_work()
+            self._done(len(ids))
+
+    @staticmethod
+    def _end_database_work() -> None:
+        """What Django does when a request ends (CONN_MAX_AGE, dropping a broken connection)."""
+        with contextlib.suppress(Exception):
+            close_old_connections()
 
 
-_server_publisher: Publisher | None = None
-_thread_publisher: Publisher | None = None
-_thread_lock = threading.Lock()
+_publisher: Publisher | None = None
+_publisher_lock = threading.Lock()
+_server_loop: asyncio.AbstractEventLoop | None = None
 
 
-def _start_thread_publisher() -> Publisher:
-    """A daemon thread with its own event loop (processes without websockets: gunicorn, Celery)."""
-    global _thread_publisher
-    with _thread_lock:
-        if _thread_publisher is not None and _thread_publisher.alive():
-            return _thread_publisher
-        ready = threading.Event()
-        holder: dict = {}
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(loop)
-            publisher = Publisher(loop)
-            holder["publisher"] = publisher
-            loop.call_soon(ready.set)
-            loop.run_until_complete(publisher.run())
-
-        threading.Thread(target=main, name="stream-publisher", daemon=True).start()
-        # A short-lived process (`manage.py deposit`) publishes what it posted before it exits; this
-        # runs before concurrent.futures stops the executors database_sync_to_async needs.
-        threading._register_atexit(_drain_thread_publisher)
-        ready.wait(5)
-        _thread_publisher = holder["publisher"]
-        return _thread_publisher
+def _sender_key(layer) -> tuple | None:
+    """What the sender depends on: the layer, and for the in-memory layer the server's loop."""
+    if isinstance(layer, InMemoryChannelLayer):
+        loop = _server_loop
+        if loop is None or loop.is_closed():
+            return None  # the embedded layer lives in the server's loop: its sweeper publishes these rows
+        return (id(layer), loop)
+    return (id(layer), None)
 
 
-def _drain_thread_publisher(timeout: float = 2.0) -> None:
-    publisher = _thread_publisher
-    deadline = time.monotonic() + timeout
-    while publisher is not None and publisher.pending > 0 and publisher.alive() and time.monotonic() < deadline:
-        time.sleep(0.005)
+def _new_sender(layer):
+    if isinstance(layer, InMemoryChannelLayer):
+        return fanout.LayerSender(layer, _server_loop)
+    if fanout.batch_send_supported(layer):
+        return fanout.RedisGroupSender(layer)
+    return fanout.LayerSender(layer)
+
+
+def _process_publisher(layer) -> Publisher | None:
+    global _publisher
+    key = _sender_key(layer)
+    if key is None:
+        return None
+    publisher = _publisher
+    if publisher is not None and publisher.alive() and publisher.sender_key == key:
+        return publisher
+    with _publisher_lock:
+        publisher = _publisher
+        if publisher is not None and publisher.alive():
+            if publisher.sender_key != key:
+                publisher.sender = _new_sender(layer)
+                publisher.sender_key = key
+            return publisher
+        publisher = Publisher(_new_sender(layer), key)
+        if _publisher is None:
+            # A short-lived process (`manage.py deposit`) publishes what it posted before it exits.
+            threading._register_atexit(drain)
+        _publisher = publisher
+        return publisher
+
+
+def drain(timeout: float = 2.0) -> bool:
+    """Wait until this process's publisher has published everything handed to it so far."""
+    publisher = _publisher
+    return publisher is None or publisher.drain(timeout)
 
 
 def publish_posting(result: PostingResult) -> None:
     """The fast path (a ledger after-commit listener): hand the posting to this process's publisher."""
     if not fast_path_enabled():
         return
-    server = _server_publisher
-    if server is not None and server.alive():
-        server.submit(result)
-        return
-    layer = get_channel_layer()
-    if layer is None or isinstance(layer, InMemoryChannelLayer):
-        return  # the embedded layer lives in the server process: its sweeper publishes these rows
     try:
-        _start_thread_publisher().submit(result)
+        publisher = _process_publisher(get_channel_layer())
+        if publisher is not None:
+            publisher.submit(result)
     except Exception:
         logger.exception("Could not hand posting %s to the publisher; the sweeper will", result.posting_id)
 
@@ -300,16 +415,11 @@ async def _sweep_forever() -> None:
         await asyncio.sleep(settings.STREAM_SWEEP_SECONDS)
 
 
-_publisher_task: asyncio.Task | None = None
-
-
 def ensure_relay() -> None:
-    """In the server's event loop (called when a websocket connects): start this process's
-    publisher and, unless disabled, its sweeper (once per loop)."""
-    global _sweeper, _server_publisher, _publisher_task
+    """In the server's event loop (called when a websocket connects): remember the loop (the
+    in-memory layer's sends must run there) and, unless disabled, start its sweeper (once per loop)."""
+    global _sweeper, _server_loop
     loop = asyncio.get_running_loop()
-    if _server_publisher is None or _server_publisher.loop is not loop or _publisher_task.done():
-        _server_publisher = Publisher(loop)
-        _publisher_task = loop.create_task(_server_publisher.run())
+    _server_loop = loop
     if settings.STREAM_SWEEPER_ENABLED and (_sweeper is None or _sweeper.done() or _sweeper.get_loop() is not loop):
         _sweeper = loop.create_task(_sweep_forever())
