@@ -236,6 +236,7 @@ def prepared_cursor():
     db = connections[DEFAULT_DB_ALIAS]
     if db.vendor != "postgresql":
         return db.cursor()
+    db.close_if_health_check_failed()  # as Django's own cursors do (DB_HEALTH_CHECKS)
     db.ensure_connection()
     return psycopg.Cursor(db.connection)
 
@@ -248,6 +249,7 @@ def fetch_prepared(sql: str, params) -> list[tuple]:
             with db.cursor() as cursor:
                 cursor.execute(sql, params)
                 return cursor.fetchall()
+        db.close_if_health_check_failed()  # as Django's own cursors do (DB_HEALTH_CHECKS)
         db.ensure_connection()
         with psycopg.Cursor(db.connection) as cursor:
             cursor.execute(sql, params, prepare=True)
