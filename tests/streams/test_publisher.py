@@ -67,10 +67,10 @@ def positions(events: list[dict], email: str | None = None) -> list[Decimal]:
 
 async def test_concurrent_postings_arrive_once_and_in_order_through_batches(make_user, assets, monkeypatch):
     """Four threads post 400 deposits to three accounts (one a whitelisted master, one its
-    sub-account). The publisher lingers so that its batches hold many postings of each account, out
-    of order between the threads. Each client gets every posting of the accounts it watches once, in
-    sequence order: the master its own and, with `em`, its sub-account's."""
-    monkeypatch.setattr(relay.Publisher, "LINGER_SECONDS", 0.02)
+    sub-account). Each send takes a while here (a slow Redis), so the publisher's batches hold many
+    postings of each account, out of order between the threads. Each client gets every posting of
+    the accounts it watches once, in sequence order: the master its own and, with `em`, its
+    sub-account's."""
     plain = await sync_to_async(make_user)()
     boss = await sync_to_async(make_user)(is_whitelisted_master=True)
     sub = await sync_to_async(make_user)(master=boss)
@@ -80,6 +80,13 @@ async def test_concurrent_postings_arrive_once_and_in_order_through_batches(make
     count, threads = 400, 4
     publisher = relay._process_publisher(get_channel_layer())
     batches_before = publisher.batches
+    send = publisher.sender.send
+
+    def slow_send(messages):
+        time.sleep(0.02)
+        send(messages)
+
+    monkeypatch.setattr(publisher.sender, "send", slow_send)
 
     def post_share(first: int) -> None:
         try:
