@@ -14,6 +14,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal, localcontext
 from functools import partial
 
@@ -367,10 +368,27 @@ SELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked FROM n
 """
 
 
-def _arrays(names: tuple[str | None, ...], rows: list[tuple]) -> dict[str, list]:
-    """Columns of `rows` as lists (the statement unnests them), named; a None name is left out."""
+def _arrays(names: tuple[str | None, ...], rows: list[tuple]) -> dict[str, str]:
+    """Columns of `rows` as PostgreSQL array literals (the statement casts and unnests them), named;
+    a None name is left out. Literals cost a fraction of psycopg's list adaptation, which was the
+    largest Python cost of a posting; only the ledger's own values go in (ids, Decimals, flags,
+    dates, one-letter codes), never text from a request."""
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
-    return {name: list(column) for name, column in zip(names, columns, strict=True) if name is not None}
+    return {name: _array_literal(column) for name, column in zip(names, columns, strict=True) if name is not None}
+
+
+def _array_literal(values) -> str:
+    items = []
+    for value in values:
+        if isinstance(value, bool):
+            items.append("t" if value else "f")
+        elif isinstance(value, int | Decimal | date):
+            items.append(str(value))
+        elif isinstance(value, str) and len(value) == 1 and value.isalpha():
+            items.append(value)
+        else:
+            raise TypeError(f"{value!r} has no place in a ledger array")
+    return "{" + ",".join(items) + "}"
 
 
 def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now) -> PostingResult:

@@ -44,3 +44,20 @@ def test_health_check_replaces_a_dead_connection_before_a_prepared_statement(mon
 def _dsn() -> str:
     db = connection.settings_dict
     return f"host={db['HOST']} port={db['PORT']} user={db['USER']} password={db['PASSWORD']} dbname={db['NAME']}"
+
+
+def test_array_literals_carry_exact_decimals_and_refuse_foreign_text(make_user):
+    from accounts.ledger.posting import _array_literal
+
+    Asset.objects.create(code="BTC", name="Bitcoin", transfer_precision=8)
+    alice, bob = make_user().id, make_user().id
+    world = ledger.system_account_id(SystemRole.WORLD)
+    tiny, huge = Decimal("1E-18"), Decimal("123456789012345678.123456789012345678")
+    ledger.post(legs=ledger.move(world, alice, "BTC", huge), kind="CHAIN_DEPOSIT", reference="dep:huge")
+    result = ledger.post(legs=ledger.move(alice, bob, "BTC", tiny), kind="P2P_TRANSFER", reference="p2p:tiny")
+    after = {b.account_id: b.free for b in result.balances}
+    assert after == {alice: huge - tiny, bob: tiny}
+    assert _array_literal([1, Decimal("-0.5"), True, "F"]) == "{1,-0.5,t,F}"
+    for foreign in ("a,b", "}", "FL", '"'):
+        with pytest.raises(TypeError):
+            _array_literal([foreign])
