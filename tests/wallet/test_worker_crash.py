@@ -15,7 +15,8 @@ its PYTHONPATH and imported with Celery's `--include`):
   and the service's own backstop, wallet.retry_stuck_withdrawals, must hand the withdrawal to
   another worker;
 - with RACE_DIR set, every wallet.withdrawal_process task waits at the start until two of them are
-  running, so two deliveries for one withdrawal really run at the same time.
+  running, and again at the broadcast until both got there, so two deliveries for one withdrawal
+  really run at the same time and race to settle.
 
 The module is skipped only when PostgreSQL or Redis cannot be reached (`make test` starts them).
 Runs that share one PostgreSQL and Redis at the same time need their own CRASH_DATABASE_NAME and
@@ -73,6 +74,13 @@ def _patch_broadcast():
     original = SimulatedChain.broadcast
 
     def broadcast(self, **kwargs):
+        race = os.environ.get("RACE_DIR")
+        if race:  # both deliveries reach the chain before either settles: the settlement race is real
+            with open(os.path.join(race, f"broadcast-{os.getpid()}"), "w"):
+                pass
+            deadline = time.monotonic() + 15
+            while sum(n.startswith("broadcast-") for n in os.listdir(race)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
         tx_id = original(self, **kwargs)  # committed on the simulated chain
         marker = os.environ.get("CRASH_MARKER")
         if marker:
@@ -435,6 +443,7 @@ def test_same_task_delivered_twice_concurrently_settles_once(stack, tmp_path):
     assert sorted(p.read_text() for p in race.glob("done-*")) == ["SUCCEEDED", "SUCCEEDED"], log
     assert state["stage"] == "SUCCEEDED"
     assert state["attempts"] == 2  # both deliveries ran while it was broadcasting
+    assert len(list(race.glob("broadcast-*"))) == 2, log  # both reached the chain before either settled
     stack.assert_settled_once(withdrawal_id, state["tx_id"])
     assert stack.balance(email=master) == (free_before - Decimal("0.2") - ETH_FEE, locked_before)
     assert stack.balance(role="fees")[0] == fees_before + ETH_FEE
