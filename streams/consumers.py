@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from accounts.models import User
-from streams import relay
+from streams import relay, watcher
 from streams.events import build_events
 from streams.services import key_group
 from streams.store import store
@@ -77,9 +76,11 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         await self._add_key(self.primary, account)
         await self.accept()
         relay.ensure_relay()
-        self.tasks = [asyncio.create_task(self._watch_keys()), asyncio.create_task(self._max_age())]
+        watcher.watch(self)  # key expiry and catch-up, with the process's other connections
+        self.tasks = [asyncio.create_task(self._max_age())]
 
     async def disconnect(self, code) -> None:
+        watcher.unwatch(self)
         for task in getattr(self, "tasks", []):
             task.cancel()
         for key in list(getattr(self, "keys", {})):
@@ -161,36 +162,20 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
 
     # --- lifetime ------------------------------------------------------------------------------
 
-    async def _watch_keys(self) -> None:
-        interval = settings.STREAM_KEY_CHECK_SECONDS
-        # Connections opened together must not check together: spread them over the interval.
-        await asyncio.sleep(interval * random.uniform(0.2, 1.0))  # noqa: S311 - scheduling, not security
-        while True:
-            for key in list(self.keys):
-                if await _owner(key) is None:
-                    await self._key_dead(key)
-                    if key == self.primary:
-                        return
-            await self._catch_up()
-            await asyncio.sleep(interval * random.uniform(0.8, 1.2))  # noqa: S311
-
-    async def _catch_up(self) -> None:
-        """Backstop for messages the channel layer dropped (a full channel): anything committed
-        beyond what we sent is read from the change feed."""
-        if not self.last_seq:
-            return
-        current = await database_sync_to_async(relay.current_seqs)(list(self.last_seq))
-        for account, seq in current.items():
-            last = self.last_seq.get(account)
-            if last is not None and seq > last:
-                await self.ledger_changes({"account": account, "rows": [], "email": None, "catch_up_to": seq})
+    async def catch_up(self, account: int, seq: int) -> None:
+        """Backstop for messages the channel layer dropped (a full channel): the watcher saw the
+        account's sequence at `seq`, beyond what we sent; read the rest from the change feed."""
+        last = self.last_seq.get(account)
+        if last is not None and seq > last:
+            await self.ledger_changes({"account": account, "rows": [], "email": None, "catch_up_to": seq})
 
     async def _max_age(self) -> None:
         await asyncio.sleep(settings.STREAM_MAX_CONNECTION_SECONDS)
         await self.close(code=CLOSE_MAX_AGE)
 
-    async def _key_dead(self, key: str) -> None:
+    async def key_dead(self, key: str) -> None:
         if key == self.primary:
+            watcher.unwatch(self)  # closing: one close frame only
             await self.close(code=CLOSE_KEY_DEAD)
             for task in self.tasks:
                 if task is not asyncio.current_task():
@@ -199,7 +184,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             await self._drop_key(key)
 
     async def listenkey_closed(self, event) -> None:
-        await self._key_dead(event["key"])
+        await self.key_dead(event["key"])
 
     # --- events --------------------------------------------------------------------------------
 

@@ -30,6 +30,10 @@ class MemoryStore:
         with self._lock:
             return self._alive(key)
 
+    def owners(self, keys: list[str]) -> dict[str, int | None]:
+        with self._lock:
+            return {key: self._alive(key) for key in keys}
+
     def active_key(self, account_id: int) -> str | None:
         with self._lock:
             key = self._active.get(account_id)
@@ -74,6 +78,13 @@ class RedisStore:
     def owner(self, key: str) -> int | None:
         value = self.redis.get(self.PREFIX + key)
         return int(value) if value is not None else None
+
+    def owners(self, keys: list[str]) -> dict[str, int | None]:
+        """Many keys' accounts in one round trip."""
+        if not keys:
+            return {}
+        values = self.redis.mget([self.PREFIX + key for key in keys])
+        return {key: int(value) if value is not None else None for key, value in zip(keys, values, strict=True)}
 
     def active_key(self, account_id: int) -> str | None:
         key = self.redis.get(self.ACTIVE + str(account_id))

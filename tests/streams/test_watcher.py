@@ -1,0 +1,154 @@
+"""One watcher per server event loop checks every connection's listenKeys and catch-up together:
+the work per interval does not grow with the number of connections' round trips, a dead key still
+closes its connection (once), and a slow connection does not hold up the others."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import override_settings
+
+from streams import services, watcher
+from streams.consumers import UserDataConsumer
+from streams.store import store
+from tests.streams.conftest import communicator, deposit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY_DEAD = {"type": "websocket.close", "code": 4001}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_listen_keys():
+    """Account ids start again in every new test database while Redis keeps the listenKeys of
+    earlier runs (`streams:active:<account id>`): forget them, or POST returns a stale key."""
+    redis = getattr(store(), "redis", None)
+    if redis is not None:
+        for pattern in ("streams:lk:*", "streams:active:*"):
+            for name in redis.scan_iter(pattern):
+                redis.delete(name)
+
+
+async def connect(key: str):
+    ws = communicator(key)
+    connected, _ = await ws.connect()
+    assert connected
+    return ws
+
+
+def current_watcher() -> watcher.KeyWatcher:
+    return watcher._watchers[asyncio.get_running_loop()]
+
+
+@pytest.mark.asyncio
+async def test_one_look_up_per_interval_for_all_connections(make_user, monkeypatch):
+    users = [await sync_to_async(make_user)() for _ in range(20)]
+    calls = []
+    look_up = watcher._look_up
+
+    def counted(keys, accounts):
+        calls.append((len(keys), len(accounts)))
+        return look_up(keys, accounts)
+
+    monkeypatch.setattr(watcher, "_look_up", counted)
+    with override_settings(STREAM_KEY_CHECK_SECONDS=0.2):
+        clients = []
+        for user in users:
+            clients.append(await connect(await sync_to_async(services.listen_key_start)(account=user)))
+        assert len(current_watcher().consumers) == 20
+        await asyncio.sleep(1.1)
+        assert 3 <= len(calls) <= 7  # one per interval, not one per connection
+        assert calls[-1] == (20, 20)
+        for ws in clients:
+            assert ws.output_queue.empty()
+            await ws.disconnect()
+    assert not current_watcher().consumers
+    assert current_watcher().task is None  # nobody left to watch
+
+
+@pytest.mark.asyncio
+async def test_expired_and_deleted_keys_among_many(make_user):
+    """Of three connections, the one whose key expires closes once; a further key of another one
+    that expires is dropped from it; the third goes on."""
+    alive, expiring, holder = [await sync_to_async(make_user)() for _ in range(3)]
+    with override_settings(STREAM_KEY_CHECK_SECONDS=0.2):
+        keep = await connect(await sync_to_async(services.listen_key_start)(account=alive))
+        short = await sync_to_async(services.listen_key_start)(account=expiring)
+        await sync_to_async(store().put)(short, expiring.pk, 1)
+        dies = await connect(short)
+        carrier = await connect(await sync_to_async(services.listen_key_start)(account=holder))
+        further = short  # a further key of the carrier: it expires with the other connection's
+        await carrier.send_json_to({"method": "SUBSCRIBE", "params": [further], "id": 1})
+        assert await carrier.receive_json_from(timeout=3) == {"result": None, "id": 1}
+        started = time.monotonic()
+        assert await dies.receive_output(timeout=3) == KEY_DEAD
+        assert time.monotonic() - started <= 1.6
+        await asyncio.sleep(0.6)
+        assert dies.output_queue.empty()  # one close frame only
+        carrier_consumer = next(c for c in current_watcher().consumers if holder.pk in c.keys.values())
+        assert further not in carrier_consumer.keys
+        assert keep.output_queue.empty()
+        assert carrier.output_queue.empty()
+        for ws in (keep, dies, carrier):
+            await ws.disconnect()
+
+
+@pytest.mark.asyncio
+async def test_a_stuck_connection_does_not_hold_up_the_others(make_user, assets, monkeypatch):
+    """One connection's catch-up hangs (its handler never returns); another connection's key still
+    expires on time, and the stuck one is not visited again while its last visit runs."""
+    stuck_user, other_user = await sync_to_async(make_user)(), await sync_to_async(make_user)()
+    gate = asyncio.Event()
+    visits = []
+    catch_up = UserDataConsumer.catch_up
+
+    async def hanging_catch_up(self, account, seq):
+        visits.append(account)
+        if account == stuck_user.pk:
+            await gate.wait()
+        await catch_up(self, account, seq)
+
+    monkeypatch.setattr(UserDataConsumer, "catch_up", hanging_catch_up)
+    with override_settings(STREAM_KEY_CHECK_SECONDS=0.2):
+        stuck = await connect(await sync_to_async(services.listen_key_start)(account=stuck_user))
+        short = await sync_to_async(services.listen_key_start)(account=other_user)
+        await sync_to_async(store().put)(short, other_user.pk, 1)
+        other = await connect(short)
+        # A posting the stuck connection never hears of from the channel layer: only the catch-up.
+        stuck_consumer = next(c for c in current_watcher().consumers if stuck_user.pk in c.keys.values())
+        await sync_to_async(deposit)(stuck_user, "1")
+        await stuck.receive_json_from(timeout=3)  # balanceUpdate via the fast path
+        await stuck.receive_json_from(timeout=3)  # outboundAccountPosition
+        sent = stuck_consumer.last_seq[stuck_user.pk]
+        stuck_consumer.last_seq[stuck_user.pk] = sent - 1  # pretend the channel layer dropped it
+        assert await other.receive_output(timeout=3) == KEY_DEAD
+        assert visits.count(stuck_user.pk) == 1  # not visited again while stuck
+        gate.set()
+        update = await stuck.receive_json_from(timeout=3)  # caught up from the change feed
+        position = await stuck.receive_json_from(timeout=3)
+        assert (update["e"], position["e"]) == ("balanceUpdate", "outboundAccountPosition")
+        assert stuck_consumer.last_seq[stuck_user.pk] == sent
+        await stuck.disconnect()
+        await other.disconnect()
+
+
+def test_owners_of_many_keys_in_both_stores():
+    from streams.store import MemoryStore
+
+    for kind in (MemoryStore(), store()):
+        kind.put("watcher-test-a", 7, 60)
+        kind.put("watcher-test-b", 8, 60)
+        kind.put("watcher-test-gone", 9, 60)
+        kind.delete("watcher-test-gone")
+        assert kind.owners(["watcher-test-a", "watcher-test-b", "watcher-test-gone", "watcher-test-never"]) == {
+            "watcher-test-a": 7,
+            "watcher-test-b": 8,
+            "watcher-test-gone": None,
+            "watcher-test-never": None,
+        }
+        assert kind.owners([]) == {}
+        kind.delete("watcher-test-a")
+        kind.delete("watcher-test-b")
