@@ -1,6 +1,7 @@
 from decimal import Decimal
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from accounts import ledger
@@ -26,3 +27,27 @@ def communicator(listen_key: str) -> WebsocketCommunicator:
     from exchange.asgi import application
 
     return WebsocketCommunicator(application, f"/openapi/ws/{listen_key}")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_listen_keys():
+    """Account ids start again in every new test database while Redis keeps the listenKeys of
+    earlier runs (`streams:active:<account id>`): forget them, or POST returns a stale key."""
+    from streams.store import store
+
+    redis = getattr(store(), "redis", None)
+    if redis is not None:
+        for pattern in ("streams:lk:*", "streams:active:*"):
+            for name in redis.scan_iter(pattern):
+                redis.delete(name)
+
+
+async def connect(user):
+    """A connected communicator on a new listenKey of `user`."""
+    from streams import services
+
+    key = await sync_to_async(services.listen_key_start)(account=user)
+    ws = communicator(key)
+    connected, _ = await ws.connect()
+    assert connected
+    return ws

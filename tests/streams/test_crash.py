@@ -24,26 +24,14 @@ from django.test import override_settings
 from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
-from streams import relay, services
+from streams import relay
 from streams.consumers import UserDataConsumer
-from streams.store import store
-from tests.streams.conftest import communicator, deposit
+from tests.streams.conftest import connect, deposit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 SWEEPER = {"STREAM_SWEEPER_ENABLED": True, "STREAM_SWEEP_SECONDS": 0.1, "STREAM_SWEEP_GRACE_SECONDS": 0}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_listen_keys():
-    """Account ids start again in every new test database while Redis keeps the listenKeys of
-    earlier runs (`streams:active:<account id>`): forget them, or POST returns a stale key."""
-    redis = getattr(store(), "redis", None)
-    if redis is not None:
-        for pattern in ("streams:lk:*", "streams:active:*"):
-            for name in redis.scan_iter(pattern):
-                redis.delete(name)
 
 
 @pytest.fixture
@@ -64,14 +52,6 @@ async def stop_sweeper() -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     relay._sweeper = None
-
-
-async def connect(user):
-    key = await sync_to_async(services.listen_key_start)(account=user)
-    ws = communicator(key)
-    connected, _ = await ws.connect()
-    assert connected
-    return ws
 
 
 def published(posting_id: int, account_id: int):

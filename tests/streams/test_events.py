@@ -16,33 +16,12 @@ from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from exchange.api import formatting as fmt
-from streams import services
-from streams.store import store
-from tests.streams.conftest import communicator, deposit
+from tests.streams.conftest import connect, deposit
 
 BALANCE_UPDATE_FIELDS = {"e", "E", "a", "d", "T", "BS"}
 POSITION_FIELDS = {"e", "E", "u", "B"}
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_listen_keys():
-    """Account ids start again in every new test database while Redis keeps the listenKeys of
-    earlier runs (`streams:active:<account id>`): forget them, or POST returns a stale key."""
-    redis = getattr(store(), "redis", None)
-    if redis is not None:
-        for pattern in ("streams:lk:*", "streams:active:*"):
-            for name in redis.scan_iter(pattern):
-                redis.delete(name)
-
-
-async def connect(user):
-    key = await sync_to_async(services.listen_key_start)(account=user)
-    ws = communicator(key)
-    connected, _ = await ws.connect()
-    assert connected
-    return ws
 
 
 async def receive(ws, count: int, timeout: float = 3) -> list[dict]:

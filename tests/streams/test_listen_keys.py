@@ -26,17 +26,6 @@ KEY_DEAD = {"type": "websocket.close", "code": 4001}
 MAX_AGE = {"type": "websocket.close", "code": 4002}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_listen_keys():
-    """Account ids start again in every new test database while Redis keeps the listenKeys of
-    earlier runs (`streams:active:<account id>`): forget them, or POST returns a stale key."""
-    redis = getattr(store(), "redis", None)
-    if redis is not None:
-        for pattern in ("streams:lk:*", "streams:active:*"):
-            for name in redis.scan_iter(pattern):
-                redis.delete(name)
-
-
 @pytest.fixture
 def client_for(make_key):
     def make(user, **kw) -> SignedClient:

@@ -14,7 +14,6 @@ from django.test import override_settings
 
 from streams import relay, services
 from streams.consumers import UserDataConsumer
-from streams.store import store
 from tests.streams.conftest import communicator, deposit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
@@ -22,17 +21,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 ERR_INVALID_REQUEST = -1010
 ERR_TOO_MANY_STREAMS = -1015
 ERR_LISTEN_KEY = -1125
-
-
-@pytest.fixture(autouse=True)
-def _fresh_listen_keys():
-    """Account ids start again in every new test database while Redis keeps the listenKeys of
-    earlier runs (`streams:active:<account id>`): forget them, or POST returns a stale key."""
-    redis = getattr(store(), "redis", None)
-    if redis is not None:
-        for pattern in ("streams:lk:*", "streams:active:*"):
-            for name in redis.scan_iter(pattern):
-                redis.delete(name)
 
 
 async def key_of(user) -> str:
