@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,8 +31,8 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
+from tests.stack import PYTHON, ROOT, free_port, manage, services_unreachable
+
 DB_NAME = os.environ.get("FULLSTACK_DATABASE_NAME", "exchange_fullstack_test")
 REDIS_DB = int(os.environ.get("FULLSTACK_REDIS_DB", "9"))  # 8, 10-15: other tests and benches
 BASE_DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0.1:5432/exchange")
@@ -44,20 +43,7 @@ PING_INTERVAL, PING_TIMEOUT = 1, 2
 DELIVERY_SECONDS = 1.0  # commit in one process -> event at the client of the server
 
 
-def _services_reachable() -> str | None:
-    """Why the full stack cannot run here, or None when PostgreSQL and Redis answer."""
-    try:
-        import psycopg
-        import redis
-
-        psycopg.connect(f"{PG_SERVER}/postgres", connect_timeout=3).close()
-        redis.Redis.from_url(f"{REDIS_SERVER}/{REDIS_DB}", socket_connect_timeout=3).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return f"PostgreSQL/Redis not reachable: {exc}"
-    return None
-
-
-_UNREACHABLE = _services_reachable()
+_UNREACHABLE = services_unreachable(PG_SERVER, f"{REDIS_SERVER}/{REDIS_DB}")
 pytestmark = [
     pytest.mark.skipif(_UNREACHABLE is not None, reason=_UNREACHABLE or ""),
     pytest.mark.timeout(180),
@@ -94,20 +80,6 @@ class Server:
         return response.json()["listenKey"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(  # noqa: S603 - our own interpreter and manage.py
-        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
 def _server_env(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEST_DATABASE"))}
     # FULLSTACK_SETTINGS: run the servers with another settings module (e.g. to try a fix).
@@ -121,7 +93,7 @@ def _server_env(**overrides: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def _daphne(env: dict[str, str], world: dict):
-    port = _free_port()
+    port = free_port()
     log = Path(tempfile.mkstemp(prefix="fullstack-daphne-", suffix=".log")[1])
     args = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
     args += ["--ping-interval", str(PING_INTERVAL), "--ping-timeout", str(PING_TIMEOUT), "exchange.asgi:application"]
@@ -165,8 +137,8 @@ def full_stack():
         admin.execute(f"CREATE DATABASE {DB_NAME}")
     redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     try:
-        _manage(env, "migrate", "--noinput", "-v", "0")
-        world = json.loads(_manage(env, "demo", "--json"))
+        manage(env, "migrate", "--noinput", "-v", "0")
+        world = json.loads(manage(env, "demo", "--json").stdout)
         with _daphne(env, world) as server:
             yield server
     finally:
@@ -180,8 +152,8 @@ def embedded():
     """The embedded default: no REDIS_URL (in-memory channel layer and listenKey store), SQLite."""
     with tempfile.TemporaryDirectory(prefix="fullstack-embedded-") as tmp:
         env = _server_env(DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3", REDIS_URL="")
-        _manage(env, "migrate", "--noinput", "-v", "0")
-        world = json.loads(_manage(env, "demo", "--json"))
+        manage(env, "migrate", "--noinput", "-v", "0")
+        world = json.loads(manage(env, "demo", "--json").stdout)
         with _daphne(env, world) as server:
             yield server
 

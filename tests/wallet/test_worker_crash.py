@@ -33,7 +33,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -43,8 +42,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
+from tests.stack import PYTHON, ROOT, free_port, manage, services_unreachable
+
 DB_NAME = os.environ.get("CRASH_DATABASE_NAME", "exchange_crash_test")
 REDIS_DB = int(os.environ.get("CRASH_REDIS_DB", "8"))
 BASE_DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0.1:5432/exchange")
@@ -123,20 +122,7 @@ def _after(task_id=None, task=None, retval=None, **kwargs):
 '''
 
 
-def _services_reachable() -> str | None:
-    """Why the stack cannot run here, or None when PostgreSQL and Redis answer."""
-    try:
-        import psycopg
-        import redis
-
-        psycopg.connect(f"{PG_SERVER}/postgres", connect_timeout=3).close()
-        redis.Redis.from_url(f"{REDIS_SERVER}/{REDIS_DB}", socket_connect_timeout=3).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return f"PostgreSQL/Redis not reachable: {exc}"
-    return None
-
-
-_UNREACHABLE = _services_reachable()
+_UNREACHABLE = services_unreachable(PG_SERVER, f"{REDIS_SERVER}/{REDIS_DB}")
 pytestmark = [
     pytest.mark.skipif(_UNREACHABLE is not None, reason=_UNREACHABLE or ""),
     pytest.mark.timeout(120),
@@ -144,21 +130,6 @@ pytestmark = [
 
 
 # --- processes -------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _manage(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    done = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
-        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    if check:
-        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
-    return done
 
 
 @dataclass
@@ -299,7 +270,7 @@ class Stack:
         assert broadcasts == [(tx_id,)]
 
     def ledger_check(self) -> None:
-        done = _manage(self.env, "ledger_check", check=False)
+        done = manage(self.env, "ledger_check", check=False)
         assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -335,9 +306,9 @@ def stack():
             admin.execute(f"CREATE DATABASE {DB_NAME}")
         redis.Redis.from_url(env["REDIS_URL"]).flushdb()
         load = "from django.core.management import call_command as c; c('migrate', interactive=False, verbosity=0)"
-        loaded = _manage(env, "shell", "--no-imports", "-c", f"{load}; c('demo', json=True)").stdout
+        loaded = manage(env, "shell", "--no-imports", "-c", f"{load}; c('demo', json=True)").stdout
         world = json.loads(loaded.strip().splitlines()[-1])
-        port = _free_port()
+        port = free_port()
         server_args = [PYTHON, "-m", "gunicorn", "exchange.wsgi:application", "--bind", f"127.0.0.1:{port}"]
         server_args += ["--workers", "1", "--log-level", "warning"]
         with (
@@ -406,7 +377,7 @@ def test_whole_worker_killed_after_broadcast_settles_once_through_the_backstop(s
         time.sleep(1.1)  # older than WITHDRAWAL_RETRY_AFTER_SECONDS
         retry = "from wallet.tasks import retry_stuck_withdrawals_task as t; print(t())"
         env = dict(stack.env, WITHDRAWAL_RETRY_AFTER_SECONDS="1")
-        assert _manage(env, "shell", "--no-imports", "-c", retry).stdout.strip().splitlines()[-1] == "1"
+        assert manage(env, "shell", "--no-imports", "-c", retry).stdout.strip().splitlines()[-1] == "1"
         state = stack.wait_settled(withdrawal_id, rescue)
     assert state == {"stage": "SUCCEEDED", "tx_id": first_tx_id, "attempts": 2}
     stack.assert_settled_once(withdrawal_id, first_tx_id)
