@@ -31,12 +31,16 @@ def api_key_list(*, user: User) -> list[dict]:
     ]
 
 
+def _address_key(address: str) -> tuple[str, str]:
+    """The column and value a recipient address is found by: an e-mail (any case) or a phone number."""
+    address = address.strip()
+    return ("email", address.lower()) if "@" in address else ("phone", address)
+
+
 def user_get_by_address(*, address: str) -> User | None:
     """A user by e-mail (case-insensitive) or phone number."""
-    address = address.strip()
-    if "@" in address:
-        return User.objects.filter(email=address.lower()).first()
-    return User.objects.filter(phone=address).first()
+    column, value = _address_key(address)
+    return User.objects.filter(**{column: value}).first()
 
 
 @dataclass(frozen=True)
@@ -49,13 +53,12 @@ class UserRef:
 def user_ref_by_address(*, address: str) -> UserRef | None:
     """What a transfer needs of its recipient, found as user_get_by_address finds it, in one
     prepared statement (the transfer path's own lookup)."""
-    address = address.strip()
-    by_email = "@" in address
+    column, value = _address_key(address)
     rows = fetch_prepared(
         "SELECT id, system_role, is_active FROM accounts_user WHERE email = %s"
-        if by_email
+        if column == "email"
         else "SELECT id, system_role, is_active FROM accounts_user WHERE phone = %s",
-        [address.lower() if by_email else address],
+        [value],
     )
     return UserRef(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
 
