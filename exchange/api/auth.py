@@ -139,13 +139,20 @@ def sign(secret: str, text: str) -> str:
     return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
 
 
-def verify_signature(secret: str, provided: str | None, candidates: list[str]) -> None:
+def signer(secret: str) -> hmac.HMAC:
+    """HMAC-SHA256 keyed with `secret`, to be copied per message (the keyring keeps one per key)."""
+    return hmac.new(secret.encode(), digestmod=hashlib.sha256)
+
+
+def verify_signature(keyed: hmac.HMAC, provided: str | None, candidates: list[str]) -> None:
     if not provided or not _HEX64.fullmatch(provided):
         raise InvalidSignature()
     provided = provided.lower()
     ok = False
     for text in candidates:  # no early exit: the time taken does not depend on which one matched
-        ok |= hmac.compare_digest(sign(secret, text), provided)
+        mac = keyed.copy()
+        mac.update(text.encode())
+        ok |= hmac.compare_digest(mac.hexdigest(), provided)
     if not ok:
         raise InvalidSignature()
 
@@ -219,7 +226,6 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
     once), or None for NONE endpoints; raise on refusal. Refusals here never spend a signature."""
     if not endpoint.security.needs_key:
         return None
-    from accounts.crypto import decrypt_secret
     from accounts.keyring import keyrings
 
     key_text = raw.meta.get(_API_KEY_META, "").strip()
@@ -244,7 +250,7 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
             recv_window = RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
         candidates = signature_candidates(raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp)
-        verify_signature(decrypt_secret(api_key.secret_ciphertext), provided, candidates)
+        verify_signature(api_key.signer, provided, candidates)
         check_timing(timestamp, recv_window)
         if endpoint.writes:
             signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window))

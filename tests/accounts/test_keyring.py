@@ -7,6 +7,7 @@ from django.test import override_settings
 
 from accounts import services
 from accounts.keyring import KeyringCache, keyrings
+from exchange.api.auth import sign
 from tests.conftest import SignedClient, assert_error
 
 
@@ -87,3 +88,19 @@ def test_a_load_overlapping_an_eviction_is_not_cached(master, make_key, monkeypa
     assert cache.lookup(api_key.key) is not None  # served for this request
     monkeypatch.setattr(keyring_module, "_load", real_load)
     assert not cache.cached(api_key.key)
+
+
+@pytest.mark.django_db
+def test_a_cached_key_keeps_its_secret_only_as_a_keyed_hmac_never_in_its_repr(master, make_key):
+    api_key, secret = make_key(master)
+    client = SignedClient(api_key.key, secret)
+    assert client.get("/openapi/v1/api-keys").status_code == 200
+    ring, record = keyrings.lookup(api_key.key)
+    assert secret not in repr(record) and secret not in repr(ring)
+    assert secret not in str(vars(record))  # the secret itself is not an attribute
+    mac = record.signer.copy()
+    mac.update(b"timestamp=1")
+    assert mac.hexdigest() == sign(secret, "timestamp=1")
+    # A wrong signature is still refused with the cached signer.
+    bad = SignedClient(api_key.key, secret[::-1])
+    assert_error(bad.get("/openapi/v1/api-keys"), -1022, 401)
