@@ -124,34 +124,32 @@ def test_an_entry_side_is_plus_or_minus_one(funded):
     )
 
 
-# --- postings sum to zero per asset (deferred, checked at commit) --------------------------------------
+# --- postings sum to zero per asset (each INSERT of entries, migration 0010) ---------------------------
 
 
-def raw_posting(reference: str, entries: list[tuple[int, int, int, str]], *, immediate: bool = False) -> int:
+def raw_posting(reference: str, entries: list[tuple[int, int, int, str]], *, one_statement: bool = True) -> int:
     """A posting and its entries (account, asset, side, amount) written by hand, in one atomic
-    block: a real COMMIT in a transaction=True test, a savepoint otherwise (then `immediate` asks
-    for the deferred rules to run at once)."""
+    block (a real COMMIT in a transaction=True test, a savepoint otherwise); the entries in one
+    INSERT, or one INSERT each."""
     with transaction.atomic(), connection.cursor() as cursor:
-        if immediate:
-            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         cursor.execute(
             "INSERT INTO accounts_posting (kind, reference, memo, created_at)"
             " VALUES ('OTHERS', %s, '', now()) RETURNING id",
             [reference],
         )
         posting_id = cursor.fetchone()[0]
-        for account, asset, side, amount in entries:
+        rows = [[posting_id, account, asset, side, Decimal(amount)] for account, asset, side, amount in entries]
+        for batch in [rows] if one_statement else [[row] for row in rows]:
             cursor.execute(
-                "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount)"
-                " VALUES (%s, %s, %s, 'F', %s, %s)",
-                [posting_id, account, asset, side, Decimal(amount)],
+                "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES "
+                + ", ".join(["(%s, %s, %s, 'F', %s, %s)"] * len(batch)),
+                [v for row in batch for v in row],
             )
-        # nothing refused yet (unless immediate): the rule is a deferred constraint trigger
     return posting_id
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_unbalanced_posting_is_refused_at_commit(make_user, btc):
+def test_an_unbalanced_posting_is_refused_and_nothing_of_it_stays(make_user, btc):
     alice, bob = make_user().id, make_user().id
     with pytest.raises(IntegrityError) as caught:
         raw_posting("raw:unbalanced", [(alice, btc.id, 1, "1")])
@@ -172,11 +170,44 @@ def test_a_posting_must_balance_per_asset_not_only_in_total(make_user, btc, eth)
     assert not Posting.objects.filter(reference="raw:cross").exists()
 
 
-def test_an_unbalanced_posting_is_refused_when_constraints_are_checked_immediately(funded):
+def test_each_posting_of_a_statement_must_balance_on_its_own(funded, make_user):
     alice, _, btc = funded
+    bob = make_user().id
+    first = raw_posting("raw:first", [(alice, btc.id, -1, "1"), (bob, btc.id, 1, "1")])
+    second = raw_posting("raw:second", [(alice, btc.id, -1, "2"), (bob, btc.id, 1, "2")])
+    # One statement whose rows sum to zero in total, but +1 / -1 per posting: refused.
+    with pytest.raises(IntegrityError, match="does not sum to zero"), transaction.atomic():
+        connection.cursor().execute(
+            "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES"
+            " (%s, %s, %s, 'F', 1, 1), (%s, %s, %s, 'F', -1, 1)",
+            [first, alice, btc.id, second, alice, btc.id],
+        )
+
+
+def test_a_posting_written_one_entry_per_statement_is_refused_at_its_first_entry(funded, make_user):
+    """The rule is checked per statement (no deferred check at commit): a posting's entries are
+    written by one statement, as ledger.post does."""
+    alice, _, btc = funded
+    bob = make_user().id
     with pytest.raises(IntegrityError, match="does not sum to zero"):
-        raw_posting("raw:immediate", [(alice, btc.id, -1, "2.5")], immediate=True)
-    assert not Posting.objects.filter(reference="raw:immediate").exists()
+        raw_posting("raw:split", [(alice, btc.id, -1, "2.5"), (bob, btc.id, 1, "2.5")], one_statement=False)
+    assert not Posting.objects.filter(reference="raw:split").exists()
+
+
+def test_a_balanced_addition_to_an_old_posting_keeps_it_balanced(funded, make_user):
+    alice, _, btc = funded
+    bob = make_user().id
+    posting_id = raw_posting("raw:old", [(alice, btc.id, -1, "1"), (bob, btc.id, 1, "1")])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES"
+            " (%s, %s, %s, 'F', 1, 3), (%s, %s, %s, 'F', -1, 3)",
+            [posting_id, alice, btc.id, posting_id, bob, btc.id],
+        )
+        cursor.execute(
+            "SELECT SUM(side * amount) FROM accounts_entry WHERE posting_id = %s GROUP BY asset_id", [posting_id]
+        )
+        assert cursor.fetchall() == [(Decimal(0),)]
 
 
 # --- the journal is append-only ------------------------------------------------------------------------
