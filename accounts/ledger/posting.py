@@ -58,6 +58,21 @@ class PostingResult:
     reference: str
     created_at: object
     balances: tuple[BalanceAfter, ...]
+    row_id: int | None = None  # the id of the LinkedRow written with the posting, if any
+
+
+@dataclass(frozen=True)
+class LinkedRow:
+    """A business row written with the posting, in the posting's own statement (PostgreSQL) or
+    right after it in its transaction (SQLite): `values` by column name of `model`, plus the
+    posting's id in `posting_column` and its time in `time_column`. Its id comes back as
+    `PostingResult.row_id`. A unique constraint on it that fails undoes the whole posting
+    (IntegrityError)."""
+
+    model: type
+    values: dict[str, object]
+    posting_column: str = "posting_id"
+    time_column: str = "created_at"
 
 
 # --- shapes of common postings -------------------------------------------------------------------
@@ -157,19 +172,19 @@ def post(
     memo: str = "",
     actor_id: int | None = None,
     guard: Callable[[], None] | None = None,
-    record: Callable[[PostingResult], None] | None = None,
+    row: LinkedRow | None = None,
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
     would take a customer balance below zero, IntegrityError when `reference` was used before.
 
     `guard`, when given, runs once every account of the posting is locked and before anything is
     written: checks that must see all earlier movements of these accounts (limits, duplicate client
-    ids) go there, so callers never take locks of their own out of the global order. `record`, when
-    given, runs after the posting is written, in its transaction: the business row that belongs
-    with it (a transfer) is written there, so a caller needs no transaction of its own around post()
-    (which would cost a savepoint)."""
+    ids) go there, so callers never take locks of their own out of the global order. `row`, when
+    given, is the business row that belongs with the posting (a transfer), written with it (see
+    LinkedRow): a caller needs no transaction of its own around post() (which would cost a
+    savepoint), and no round trip of its own."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
-        return _post(legs, kind, reference, memo, actor_id, guard, record)
+        return _post(legs, kind, reference, memo, actor_id, guard, row)
 
 
 @dataclass(frozen=True)
@@ -179,7 +194,7 @@ class _Locked:
     track_limits: bool
 
 
-def _post(legs, kind, reference, memo, actor_id, guard=None, record=None) -> PostingResult:
+def _post(legs, kind, reference, memo, actor_id, guard=None, row=None) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
@@ -198,9 +213,7 @@ def _post(legs, kind, reference, memo, actor_id, guard=None, record=None) -> Pos
                     raise _MissingLedgerAccounts()
                 if guard is not None:
                     guard()
-                result = write(_plan(totals, kind, pairs, accounts), kind, reference, memo[:255], actor_id, now)
-                if record is not None:
-                    record(result)
+                result = write(_plan(totals, kind, pairs, accounts), kind, reference, memo[:255], actor_id, now, row)
                 if after_commit_listeners:
                     transaction.on_commit(partial(_notify, result))
             return result
@@ -307,12 +320,12 @@ def _plan(totals, kind: str, pairs, accounts: dict[int, _Locked]) -> _Plan:
     return _Plan(changes, entries, counter_rows, {asset: code for _, asset, code in pairs})
 
 
-def _result(plan: _Plan, posting_id: int, kind: str, reference: str, now, after: dict) -> PostingResult:
+def _result(plan: _Plan, posting_id: int, kind: str, reference: str, now, after: dict, row_id=None) -> PostingResult:
     balances = []
     for account, asset, code, delta_free, delta_locked, seq, _ in plan.changes:
         free, locked = after[(account, asset)]
         balances.append(BalanceAfter(account, code, free, locked, delta_free, delta_locked, seq))
-    return PostingResult(posting_id, kind, reference, now, tuple(balances))
+    return PostingResult(posting_id, kind, reference, now, tuple(balances), row_id)
 
 
 # PostgreSQL: the whole write is one prepared statement. It reads the balances (stable: every
@@ -363,9 +376,60 @@ WITH d AS (
     ON CONFLICT (account_id, span, period_start, asset_id) DO UPDATE SET
         deposits = l.deposits + excluded.deposits, withdrawals = l.withdrawals + excluded.withdrawals,
         p2p_in = l.p2p_in + excluded.p2p_in, p2p_out = l.p2p_out + excluded.p2p_out
+)"""
+_PG_WRITE_END = "\nSELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked, NULL FROM n\n"
+_PG_WRITE_ROW_END = """, r AS (
+    INSERT INTO {table} ({columns}, {posting_column}, {time_column})
+    SELECT x.*, p.id, %(now)s::timestamptz FROM p, unnest({values}) AS x RETURNING id
 )
-SELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked FROM n
+SELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked, (SELECT id FROM r) FROM n
 """
+
+# Parameter casts of a LinkedRow's columns (PostgreSQL), by Django field type. Text is cast to text,
+# never to varchar(n): an explicit cast to varchar(n) would silently cut a long value; the column's
+# own assignment cast refuses it instead.
+_ROW_CASTS = {
+    "CharField": "text",
+    "TextField": "text",
+    "DecimalField": "numeric",
+    "ForeignKey": "bigint",
+    "OneToOneField": "bigint",
+    "BigIntegerField": "bigint",
+    "BigAutoField": "bigint",
+    "IntegerField": "integer",
+    "PositiveIntegerField": "integer",
+    "SmallIntegerField": "smallint",
+    "PositiveSmallIntegerField": "smallint",
+    "BooleanField": "boolean",
+    "DateTimeField": "timestamptz",
+}
+# The values arrive through unnest() of one-element arrays, not as constants in the select list: the
+# planner folds a constant's conversion to the column's type at planning time, so an amount too
+# large for NUMERIC(36, 18) would raise even when the posting is refused and nothing is inserted.
+_row_statements: dict[tuple, str] = {}
+
+
+def _row_statement(row: LinkedRow) -> str:
+    key = (row.model, tuple(row.values), row.posting_column, row.time_column)
+    found = _row_statements.get(key)
+    if found is None:
+        quote = connection.ops.quote_name
+        casts = []
+        for i, name in enumerate(row.values):
+            field = row.model._meta.get_field(name)
+            cast = _ROW_CASTS.get(field.get_internal_type())
+            if cast is None:
+                raise TypeError(f"{row.model.__name__}.{name} cannot be written with a posting")
+            casts.append(f"ARRAY[%(r{i})s::{cast}]")
+        found = _PG_WRITE + _PG_WRITE_ROW_END.format(
+            table=quote(row.model._meta.db_table),
+            columns=", ".join(quote(row.model._meta.get_field(name).column) for name in row.values),
+            posting_column=quote(row.model._meta.get_field(row.posting_column).column),
+            time_column=quote(row.model._meta.get_field(row.time_column).column),
+            values=", ".join(casts),
+        )
+        _row_statements[key] = found
+    return found
 
 
 def _arrays(names: tuple[str | None, ...], rows: list[tuple]) -> dict[str, str]:
@@ -391,7 +455,7 @@ def _array_literal(values) -> str:
     return "{" + ",".join(items) + "}"
 
 
-def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now) -> PostingResult:
+def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now, row=None) -> PostingResult:
     periods = counters.period_keys(now)
     params = {
         **_arrays(("d_account", "d_asset", None, "d_free", "d_locked", "d_seq", "d_negative"), plan.changes),
@@ -404,14 +468,20 @@ def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now) -> Post
         "actor": actor_id,
         "now": now,
     }
-    rows = fetch_prepared(_PG_WRITE, params)
+    if row is None:
+        sql = _PG_WRITE + _PG_WRITE_END
+    else:
+        sql = _row_statement(row)
+        params.update({f"r{i}": value for i, value in enumerate(row.values.values())})
+    rows = fetch_prepared(sql, params)
     posting_id = rows[0][0]
     if posting_id is None:
         raise InsufficientBalance()
-    return _result(plan, posting_id, kind, reference, now, {(r[1], r[2]): (r[3], r[4]) for r in rows})
+    after = {(r[1], r[2]): (r[3], r[4]) for r in rows}
+    return _result(plan, posting_id, kind, reference, now, after, rows[0][5])
 
 
-def _write_portable(plan: _Plan, kind, reference, memo, actor_id, now) -> PostingResult:
+def _write_portable(plan: _Plan, kind, reference, memo, actor_id, now, row=None) -> PostingResult:
     """The same write as separate statements (SQLite, the embedded mode)."""
     cursor = connection.cursor()
     where = " OR ".join(["(account_id = %s AND asset_id = %s)"] * len(plan.changes))
@@ -467,7 +537,17 @@ def _write_portable(plan: _Plan, kind, reference, memo, actor_id, now) -> Postin
     )
     if plan.counters:
         _add_counters_portable(cursor, plan.counters, counters.period_keys(now))
-    return _result(plan, posting_id, kind, reference, now, after)
+    row_id = None
+    if row is not None:
+        meta, quote = row.model._meta, connection.ops.quote_name
+        values = {**row.values, row.posting_column: posting_id, row.time_column: now}
+        cursor.execute(
+            f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(meta.get_field(n).column) for n in values)})"
+            f" VALUES ({', '.join(['%s'] * len(values))}) RETURNING id",
+            [meta.get_field(n).get_db_prep_save(v, connection) for n, v in values.items()],
+        )
+        row_id = cursor.fetchone()[0]
+    return _result(plan, posting_id, kind, reference, now, after, row_id)
 
 
 def _add_counters_portable(cursor, rows, periods) -> None:

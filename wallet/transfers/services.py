@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 
 from accounts import ledger
 from accounts.ledger.models import Asset, BusinessType, Posting
-from accounts.ledger.posting import PostingResult, fetch_prepared
+from accounts.ledger.posting import LinkedRow
 from accounts.limits import outflow_refusal
 from accounts.models import SystemRole, User
 from accounts.selectors import user_ref_by_address
@@ -73,34 +73,26 @@ def transfer_create(
         if refused:
             raise errors.limit_exceeded(*refused)
 
-    made: list[Transfer] = []
-
-    def record(result: PostingResult) -> None:
-        transfer = Transfer(
-            sender=sender,
-            recipient_id=recipient.id,
-            asset=asset,
-            amount=amount,
-            fee=fee,
-            target_address=target_address,
-            message=message,
-            client_transfer_id=client_transfer_id,
-            posting_id=result.posting_id,
-            api_version=api_version,
-            created_at=result.created_at,
-        )
-        values = [getattr(transfer, column) for column in _TRANSFER_COLUMNS]
-        transfer.pk = fetch_prepared(_INSERT_TRANSFER, values)[0][0]
-        transfer._state.adding = False
-        transfer._state.db = "default"
-        made.append(transfer)
-
+    values = {
+        "sender_id": sender.pk,
+        "recipient_id": recipient.id,
+        "asset_id": asset.pk,
+        "amount": amount,
+        "fee": fee,
+        "target_address": target_address,
+        "message": message,
+        "client_transfer_id": client_transfer_id,
+        "status": "success",
+        "api_version": api_version,
+        "reversal_reason": "",
+    }
     try:
         # The client's id is in the posting's unique reference (and unique per sender on the
-        # transfer): a repeat, even a concurrent twin, fails there and moves nothing.
-        ledger.post(
+        # transfer): a repeat, even a concurrent twin, fails there and moves nothing. The transfer
+        # row is written in the posting's own statement.
+        result = ledger.post(
             guard=guard,
-            record=record,
+            row=LinkedRow(Transfer, values),
             legs=legs,
             kind=BusinessType.P2P_TRANSFER,
             reference=f"transfer:{sender.pk}:{client_transfer_id}"
@@ -112,29 +104,11 @@ def transfer_create(
         if client_transfer_id is not None:
             raise errors.duplicate("client_transfer_id") from exc
         raise
-    return made[0]
-
-
-_INSERT_TRANSFER = (
-    "INSERT INTO wallet_transfer (sender_id, recipient_id, asset_id, amount, fee, target_address, message,"
-    " client_transfer_id, status, posting_id, api_version, created_at, reversal_reason)"
-    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id"
-)
-_TRANSFER_COLUMNS = (
-    "sender_id",
-    "recipient_id",
-    "asset_id",
-    "amount",
-    "fee",
-    "target_address",
-    "message",
-    "client_transfer_id",
-    "status",
-    "posting_id",
-    "api_version",
-    "created_at",
-    "reversal_reason",
-)
+    transfer = Transfer(id=result.row_id, posting_id=result.posting_id, created_at=result.created_at, **values)
+    transfer.asset = asset  # rendered by the caller; no query
+    transfer._state.adding = False
+    transfer._state.db = "default"
+    return transfer
 
 
 def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
