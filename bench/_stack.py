@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -81,6 +82,70 @@ def wait_for_port(port: int, timeout: float = 30) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listening on {port}")
+
+
+class RestServer(NamedTuple):
+    args: list[str]  # the command line
+    label: str  # what the benches print on their `server:` line
+
+
+# granian's idle blocking threads exit after this many seconds (its default is 30); each one that exits
+# leaves its PostgreSQL connection open until the garbage collector frees it, and its replacement
+# connects (and prepares the ledger's statements) anew. The production value (docs/operations.md).
+GRANIAN_IDLE_THREAD_SECONDS = 300
+
+
+def rest_server(port: int, *, workers: int, threads: int, gunicorn_preload: bool = False) -> RestServer:
+    """The REST server as production runs it (docs/operations.md): granian's WSGI interface with
+    `workers` processes of `threads` blocking threads each, on 127.0.0.1:`port`.
+
+    BENCH_SERVER=gunicorn selects gunicorn with BENCH_WORKER_CLASS (default gthread) workers of
+    `threads` threads instead, for comparisons; `gunicorn_preload` sets up Django before it forks.
+    """
+    server = os.environ.get("BENCH_SERVER", "granian")
+    if server == "granian":
+        args = [
+            str(VENV_BIN / "granian"),
+            "--interface",
+            "wsgi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--blocking-threads",
+            str(threads),
+            "--blocking-threads-idle-timeout",
+            str(GRANIAN_IDLE_THREAD_SECONDS),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "exchange.wsgi:application",
+        ]
+        return RestServer(args, f"granian (WSGI) {workers} workers x {threads} blocking threads")
+    if server == "gunicorn":
+        worker_class = os.environ.get("BENCH_WORKER_CLASS", "gthread")
+        args = [
+            str(VENV_BIN / "gunicorn"),
+            "exchange.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--worker-class",
+            worker_class,
+            "--threads",
+            str(threads),
+            "--keep-alive",
+            "5",
+            "--log-level",
+            "warning",
+        ]
+        if gunicorn_preload:
+            args.append("--preload")
+        return RestServer(args, f"gunicorn {worker_class} {workers} workers x {threads} threads")
+    raise SystemExit(f"BENCH_SERVER={server!r}: granian (default) or gunicorn")
 
 
 @contextlib.contextmanager

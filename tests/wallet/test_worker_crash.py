@@ -2,9 +2,9 @@
 settlement task is delivered twice at the same time (issue 5, DESIGN.md section 4).
 
 The full stack runs as subprocesses on a private database (PostgreSQL `exchange_crash_test`, Redis db
-8, loaded with `manage.py migrate` and `manage.py demo`): gunicorn serves the signed
-POST /openapi/wallet/v1/withdraw/apply, and `celery -A exchange worker` (prefork, Redis broker)
-settles. The worker imports a small test-only hook module (written at run time from HOOK below, put on
+8, loaded with `manage.py migrate` and `manage.py demo`): granian (its WSGI interface, as in production)
+serves the signed POST /openapi/wallet/v1/withdraw/apply, and `celery -A exchange worker` (prefork,
+Redis broker) settles. The worker imports a small test-only hook module (written at run time from HOOK below, put on
 its PYTHONPATH and imported with Celery's `--include`):
 
 - with CRASH_MARKER set, the first broadcast of the process tree is followed by SIGKILL of the pool
@@ -286,6 +286,7 @@ def _stack_env(hook_dir: Path) -> dict[str, str]:
         CELERY_TASK_ALWAYS_EAGER="false",
         DEBUG="false",
         LOG_LEVEL="WARNING",
+        TRUSTED_PROXIES="",  # the client's address is the server's peer, whatever X-Forwarded-For says
         UID_WEIGHT_LIMIT_PER_MINUTE="100000",
         IP_WEIGHT_LIMIT_PER_MINUTE="100000",
     )
@@ -309,10 +310,11 @@ def stack():
         loaded = manage(env, "shell", "--no-imports", "-c", f"{load}; c('demo', json=True)").stdout
         world = json.loads(loaded.strip().splitlines()[-1])
         port = free_port()
-        server_args = [PYTHON, "-m", "gunicorn", "exchange.wsgi:application", "--bind", f"127.0.0.1:{port}"]
-        server_args += ["--workers", "1", "--log-level", "warning"]
+        server_args = [PYTHON, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port)]
+        server_args += ["--workers", "1", "--blocking-threads", "2", "--log-level", "warning", "--no-access-log"]
+        server_args.append("exchange.wsgi:application")
         with (
-            _process(server_args, env, "gunicorn") as server,
+            _process(server_args, env, "granian") as server,
             psycopg.connect(env["DATABASE_URL"], autocommit=True) as db,
         ):
             _wait_for_port(port, server)
@@ -320,6 +322,16 @@ def stack():
 
 
 # --- the tests ---------------------------------------------------------------------------------------
+
+
+def test_rest_server_hands_the_peer_address_to_the_gateway(stack):
+    """granian's WSGI environ carries the TCP peer as REMOTE_ADDR, which the gateway takes as the
+    client's IP (limits, API key IP lists); a forged X-Forwarded-For from an untrusted peer is ignored."""
+    import requests
+
+    url = f"http://127.0.0.1:{stack.port}/openapi/v1/user/ip"
+    assert requests.get(url, timeout=10).json() == {"ip": "127.0.0.1"}
+    assert requests.get(url, headers={"X-Forwarded-For": "203.0.113.9"}, timeout=10).json() == {"ip": "127.0.0.1"}
 
 
 def test_worker_killed_after_broadcast_settles_once(stack, tmp_path):
