@@ -37,7 +37,11 @@ def test_db_health_checks_come_from_the_environment(value, expected):
         env["DB_HEALTH_CHECKS"] = value
     code = "from exchange.settings import base; print(base.DATABASES['default']['CONN_HEALTH_CHECKS'])"
     out = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
-        [sys.executable, "-c", code], env=env, cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
         check=True,
     ).stdout
     assert out.strip() == str(expected)

@@ -140,11 +140,9 @@ def raw_posting(reference: str, entries: list[tuple[int, int, int, str]], *, one
         posting_id = cursor.fetchone()[0]
         rows = [[posting_id, account, asset, side, Decimal(amount)] for account, asset, side, amount in entries]
         for batch in [rows] if one_statement else [[row] for row in rows]:
-            cursor.execute(
-                "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES "
-                + ", ".join(["(%s, %s, %s, 'F', %s, %s)"] * len(batch)),
-                [v for row in batch for v in row],
-            )
+            sql = "INSERT INTO accounts_entry (posting_id, account_id, asset_id, bucket, side, amount) VALUES "
+            values = ", ".join(["(%s, %s, %s, 'F', %s, %s)"] * len(batch))
+            cursor.execute(sql + values, [v for row in batch for v in row])
     return posting_id
 
 

@@ -85,3 +85,73 @@ def test_change_feed_rows_carry_per_account_sequence(make_user, btc):
         (2, Decimal(2), "CHAIN_DEPOSIT"),
         (3, Decimal(3), "CHAIN_DEPOSIT"),
     ]
+
+
+# --- a business row written with the posting (LinkedRow) -------------------------------------------
+
+
+def _adjustment_row(account, btc, amount, reason="linked row test"):
+    from accounts.ledger.models import ManualAdjustment
+
+    values = {"account_id": account, "asset_id": btc.id, "amount": amount, "reason": reason, "created_by_id": account}
+    return ledger.LinkedRow(ManualAdjustment, values)
+
+
+def test_a_linked_row_is_written_with_the_posting_with_its_id_and_time(make_user, btc):
+    from accounts.ledger.models import ManualAdjustment
+
+    alice = make_user()
+    world = ledger.system_account_id(SystemRole.WORLD)
+    result = ledger.post(
+        legs=ledger.move(world, alice.id, "BTC", Decimal("1.5")),
+        kind="OTHERS",
+        reference="linked:1",
+        row=_adjustment_row(alice.id, btc, Decimal("1.5")),
+    )
+    row = ManualAdjustment.objects.get()
+    assert result.row_id == row.id
+    assert row.posting_id == result.posting_id
+    assert row.created_at == result.created_at == Posting.objects.get(pk=result.posting_id).created_at
+    expected = (alice.id, btc.id, Decimal("1.5"), "linked row test")
+    assert (row.account_id, row.asset_id, row.amount, row.reason) == expected
+
+
+def test_a_refused_posting_writes_no_linked_row(make_user, btc):
+    from accounts.ledger.models import ManualAdjustment
+
+    alice, bob = make_user(), make_user()
+    with pytest.raises(InsufficientBalance):
+        ledger.post(
+            legs=ledger.move(alice.id, bob.id, "BTC", Decimal("1")),
+            kind="OTHERS",
+            reference="linked:poor",
+            row=_adjustment_row(alice.id, btc, Decimal("1")),
+        )
+    # Even an amount too large for the column is no error when the posting is refused first.
+    with pytest.raises(InsufficientBalance):
+        ledger.post(
+            legs=ledger.move(alice.id, bob.id, "BTC", Decimal("1" * 30)),
+            kind="OTHERS",
+            reference="linked:huge",
+            row=_adjustment_row(alice.id, btc, Decimal("1" * 30)),
+        )
+    assert not ManualAdjustment.objects.exists()
+    assert not Posting.objects.filter(reference__startswith="linked:").exists()
+
+
+def test_a_linked_row_the_database_refuses_undoes_the_posting(make_user, btc):
+    from django.db import DataError, connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite does not enforce VARCHAR lengths")
+    alice = make_user()
+    world = ledger.system_account_id(SystemRole.WORLD)
+    with pytest.raises(DataError):  # too long for VARCHAR(255): refused, never cut short
+        ledger.post(
+            legs=ledger.move(world, alice.id, "BTC", Decimal("1")),
+            kind="OTHERS",
+            reference="linked:long",
+            row=_adjustment_row(alice.id, btc, Decimal("1"), reason="x" * 256),
+        )
+    assert not Posting.objects.filter(reference="linked:long").exists()
+    assert _balance(alice) == (Decimal(0), Decimal(0))

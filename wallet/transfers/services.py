@@ -12,7 +12,6 @@ from django.db import IntegrityError, transaction
 
 from accounts import ledger
 from accounts.ledger.models import Asset, BusinessType, Posting
-from accounts.ledger.posting import LinkedRow
 from accounts.limits import outflow_refusal
 from accounts.models import SystemRole, User
 from accounts.selectors import user_ref_by_address
@@ -92,7 +91,7 @@ def transfer_create(
         # row is written in the posting's own statement.
         result = ledger.post(
             guard=guard,
-            row=LinkedRow(Transfer, values),
+            row=ledger.LinkedRow(Transfer, values),
             legs=legs,
             kind=BusinessType.P2P_TRANSFER,
             reference=f"transfer:{sender.pk}:{client_transfer_id}"
