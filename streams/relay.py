@@ -128,12 +128,15 @@ def _result_messages(results: list[PostingResult]) -> list[tuple[str, dict]]:
 
 def _mark_postings_published(posting_ids: list[int]) -> None:
     """One statement for any number of postings (the ORM's query building cost more than the
-    database's work here)."""
+    database's work here). The rows are found by posting id only: written as `published_at IS
+    NULL`, the condition let PostgreSQL combine the posting index with the partial index of
+    unpublished rows, whose entries for rows published since the last vacuum a bitmap scan walks
+    every time (16,000 of them, 1 ms per batch, under bench/transfers)."""
     table = BalanceChange._meta.db_table
     with db_connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET published_at = %s WHERE posting_id IN ({', '.join(['%s'] * len(posting_ids))})"  # noqa: S608
-            " AND published_at IS NULL",
+            " AND coalesce(published_at, 'infinity') = 'infinity'",
             [db_connection.ops.adapt_datetimefield_value(timezone.now()), *posting_ids],
         )
 

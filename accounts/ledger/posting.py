@@ -270,13 +270,24 @@ def fetch_prepared(sql: str, params) -> list[tuple]:
             return cursor.fetchall()
 
 
+_LOCK_STATEMENTS: dict[int, str] = {}
+
+
+def _lock_statement(count: int) -> str:
+    """The lock statement for `count` accounts, one parameter each: with an array parameter
+    PostgreSQL never settled on a generic plan and planned the statement on every call."""
+    found = _LOCK_STATEMENTS.get(count)
+    if found is None:
+        found = _LOCK_STATEMENTS[count] = (
+            "SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount"
+            f" WHERE user_id IN ({', '.join(['%s::bigint'] * count)}) ORDER BY user_id FOR UPDATE"
+        )
+    return found
+
+
 def _lock_accounts(account_ids: list[int]) -> dict[int, _Locked]:
     if connection.vendor == "postgresql":
-        rows = fetch_prepared(
-            "SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount"
-            " WHERE user_id = ANY(%s::bigint[]) ORDER BY user_id FOR UPDATE",
-            [account_ids],
-        )
+        rows = fetch_prepared(_lock_statement(len(account_ids)), account_ids)
     else:  # SQLite: one writer at a time; the posting's first write takes the database lock
         with connection.cursor() as cursor:
             cursor.execute(
