@@ -200,3 +200,27 @@ async def test_in_memory_layer_is_served_on_the_server_loop(master, assets, monk
         assert await sync_to_async(relay.drain)(5)
         assert await sync_to_async(unpublished)([master.pk]) == 0
         await ws.disconnect()
+
+
+async def test_marking_a_posting_published_keeps_the_time_of_rows_published_before(make_user, assets, monkeypatch):
+    """The fast path marks rows by posting id; a row the sweeper published first keeps its time."""
+    monkeypatch.setattr("accounts.ledger.posting.after_commit_listeners", [])  # no publisher racing us
+
+    def scenario():
+        alice, bob = make_user(), make_user()
+        world = ledger.system_account_id(SystemRole.WORLD)
+        ledger.post(legs=ledger.move(world, alice.pk, "BTC", Decimal(5)), kind="OTHERS", reference="mark:fund")
+        result = ledger.post(legs=ledger.move(alice.pk, bob.pk, "BTC", Decimal(1)), kind="OTHERS", reference="mark:1")
+        rows = BalanceChange.objects.filter(posting_id=result.posting_id)
+        assert not rows.exclude(published_at=None).exists()
+        earlier = BalanceChange.objects.get(posting_id=result.posting_id, account_id=alice.pk)
+        relay.mark_published([earlier.pk])
+        first = BalanceChange.objects.get(pk=earlier.pk).published_at
+        time.sleep(0.01)
+        relay._mark_postings_published([result.posting_id])
+        after = dict(rows.values_list("account_id", "published_at"))
+        assert after[alice.pk] == first  # not re-marked
+        assert after[bob.pk] is not None
+        assert after[bob.pk] > first
+
+    await sync_to_async(scenario)()
