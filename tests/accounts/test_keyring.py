@@ -24,7 +24,7 @@ def _wait_until(predicate, seconds: float = 3.0) -> bool:
 def test_another_process_cache_is_evicted_through_redis_when_a_key_is_disabled(make_user, make_key):
     user = make_user()
     api_key, _ = make_key(user)
-    other_process = KeyringCache()  # its own listener thread, as in another gunicorn worker
+    other_process = KeyringCache()  # its own listener thread, as in another server worker process
     _, record = other_process.lookup(api_key.key)
     assert record.is_enabled
     assert _wait_until(lambda: other_process._subscriber is not None and other_process._subscriber.is_alive())
