@@ -174,6 +174,19 @@ def test_created_transfer_has_every_field(master_client, demo, create_path):
 
 
 @pytest.mark.django_db
+def test_text_with_sql_and_array_syntax_is_stored_exactly(master_client, demo, create_path):
+    """The transfer row is written by the posting's statement (LinkedRow): text arrives as bound
+    parameters, so quotes, braces, commas and backslashes are data, stored and answered as sent."""
+    message = 'a,"b"{c}\\d\'); DROP TABLE wallet_transfer; -- é中'
+    client_id = '{x,"y"}'
+    transfer = create(master_client, create_path, client_transfer_id=client_id, message=message)
+    assert (transfer["message"], transfer["client_transfer_id"]) == (message, client_id)
+    stored = Transfer.objects.get()
+    assert (stored.message, stored.client_transfer_id, stored.target_address) == (message, client_id, PEER)
+    assert ledger_check().ok
+
+
+@pytest.mark.django_db
 def test_optional_fields_absent(master_client, demo, create_path):
     transfer = create(master_client, create_path)
     assert transfer["client_transfer_id"] == ""
