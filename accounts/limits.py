@@ -69,17 +69,43 @@ def _tier_limits(user: User) -> dict:
     return tiers.get(user.limit_tier_id, lambda: _load_tier(user.limit_tier_id))[1]
 
 
-def usage(user: User, *, currency: str, now: datetime | None = None) -> dict[str, tuple[Usage, Usage]]:
-    """Per span ("day", "month", "year"): (all movements usage, p2p-only usage), in `currency`,
-    from the account's limit counters (a few rows, whatever the length of its history)."""
+@dataclass(frozen=True)
+class LimitSnapshot:
+    """An account's limit counters of the current periods, read in one statement together with its
+    ledger `seq` (None without a ledger row): the counters are exactly those of that seq, so a
+    check made on them still holds while the seq has not moved (`ledger.post(unchanged_since=)`)."""
+
+    seq: int | None
+    rows: tuple  # (span, asset code, reference price, deposits, withdrawals, p2p in, p2p out)
+
+
+def snapshot_statement(user_id: int, now: datetime | None = None) -> tuple[str, list]:
+    """The statement (and its parameters) that reads a LimitSnapshot; see snapshot_from_rows."""
     periods = counters.period_keys(now or timezone.now())
     where = " OR ".join(["(c.span = %s AND c.period_start = %s)"] * len(periods))
-    rows = fetch_prepared(
-        "SELECT c.span, a.code, a.reference_price, c.deposits, c.withdrawals, c.p2p_in, c.p2p_out"
-        " FROM accounts_limitcounter c JOIN accounts_asset a ON a.id = c.asset_id"
-        f" WHERE c.account_id = %s AND ({where})",
-        [user.pk, *(v for key in periods for v in key)],
+    return (
+        "SELECT la.seq, c.span, a.code, a.reference_price, c.deposits, c.withdrawals, c.p2p_in, c.p2p_out"
+        f" FROM accounts_ledgeraccount la LEFT JOIN accounts_limitcounter c ON c.account_id = la.user_id AND ({where})"
+        " LEFT JOIN accounts_asset a ON a.id = c.asset_id WHERE la.user_id = %s",
+        [*(v for key in periods for v in key), user_id],
     )
+
+
+def snapshot_from_rows(rows: list[tuple]) -> LimitSnapshot:
+    return LimitSnapshot(rows[0][0] if rows else None, tuple(tuple(row[1:]) for row in rows if row[1] is not None))
+
+
+def snapshot(user: User, now: datetime | None = None) -> LimitSnapshot:
+    return snapshot_from_rows(fetch_prepared(*snapshot_statement(user.pk, now)))
+
+
+def usage(
+    user: User, *, currency: str, now: datetime | None = None, snap: LimitSnapshot | None = None
+) -> dict[str, tuple[Usage, Usage]]:
+    """Per span ("day", "month", "year"): (all movements usage, p2p-only usage), in `currency`,
+    from the account's limit counters (a few rows, whatever the length of its history), read now
+    or taken from `snap`."""
+    rows = (snap or snapshot(user, now)).rows
     totals = {span: [ZERO] * 5 for span in SPAN_NAMES.values()}  # in, out, withdraw, p2p in, p2p out
     for span, code, price, deposits, withdrawals, p2p_in, p2p_out in rows:
         rate = Decimal(1) if code == currency else _decimal(price)
@@ -97,12 +123,14 @@ def usage(user: User, *, currency: str, now: datetime | None = None) -> dict[str
     }
 
 
-def limit_blocks(user: User, now: datetime | None = None) -> dict[str, LimitBlock | None]:
+def limit_blocks(
+    user: User, now: datetime | None = None, snap: LimitSnapshot | None = None
+) -> dict[str, LimitBlock | None]:
     """The limit blocks of GET /openapi/v1/account, by period name."""
     tier = tier_for(user)
     if tier is None:
         return dict.fromkeys(LimitPeriod.values)
-    used = usage(user, currency=tier.currency, now=now)
+    used = usage(user, currency=tier.currency, now=now, snap=snap)
     configured = _tier_limits(user)
     blocks: dict[str, LimitBlock | None] = {}
     for period in LimitPeriod.values:
@@ -128,15 +156,17 @@ def value_in(currency: str, asset, amount: Decimal) -> Decimal:
     return amount if asset.code == currency else amount * asset.reference_price
 
 
-def outflow_refusal(user: User, asset, amount: Decimal, *, withdrawal: bool) -> tuple[str, str] | None:
+def outflow_refusal(
+    user: User, asset, amount: Decimal, *, withdrawal: bool, snap: LimitSnapshot | None = None
+) -> tuple[str, str] | None:
     """The first (period, limit name) that sending `amount` of `asset` out would exceed, or None.
     A withdrawal counts against total-withdraw and cash-out; a transfer against cash-out and the
-    p2p blocks."""
+    p2p blocks. Counters are read now, or taken from `snap`."""
     tier = tier_for(user)
     if tier is None:
         return None
     value = value_in(tier.currency, asset, amount)
-    for period, block in limit_blocks(user).items():
+    for period, block in limit_blocks(user, snap=snap).items():
         if block is None:
             continue
         p2p = period.startswith("p2p")

@@ -50,17 +50,22 @@ class UserRef:
     is_active: bool
 
 
-def user_ref_by_address(*, address: str) -> UserRef | None:
-    """What a transfer needs of its recipient, found as user_get_by_address finds it, in one
-    prepared statement (the transfer path's own lookup)."""
+def user_ref_statement(address: str) -> tuple[str, list]:
+    """The prepared statement that finds what a transfer needs of its recipient, as
+    user_get_by_address finds the user (see user_ref_from_rows)."""
     column, value = _address_key(address)
-    rows = fetch_prepared(
-        "SELECT id, system_role, is_active FROM accounts_user WHERE email = %s"
-        if column == "email"
-        else "SELECT id, system_role, is_active FROM accounts_user WHERE phone = %s",
-        [value],
-    )
+    if column == "email":
+        return "SELECT id, system_role, is_active FROM accounts_user WHERE email = %s", [value]
+    return "SELECT id, system_role, is_active FROM accounts_user WHERE phone = %s", [value]
+
+
+def user_ref_from_rows(rows: list[tuple]) -> UserRef | None:
     return UserRef(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
+
+
+def user_ref_by_address(*, address: str) -> UserRef | None:
+    """What a transfer needs of its recipient, in one prepared statement."""
+    return user_ref_from_rows(fetch_prepared(*user_ref_statement(address)))
 
 
 # --- balances, account information, history ---------------------------------------------------

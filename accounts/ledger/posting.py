@@ -172,6 +172,7 @@ def post(
     memo: str = "",
     actor_id: int | None = None,
     guard: Callable[[], None] | None = None,
+    unchanged_since: tuple[int, int] | None = None,
     row: LinkedRow | None = None,
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
@@ -179,12 +180,16 @@ def post(
 
     `guard`, when given, runs once every account of the posting is locked and before anything is
     written: checks that must see all earlier movements of these accounts (limits, duplicate client
-    ids) go there, so callers never take locks of their own out of the global order. `row`, when
+    ids) go there, so callers never take locks of their own out of the global order. With
+    `unchanged_since=(account, seq)` the guard is skipped when that account's ledger `seq` is still
+    `seq` under the lock: the caller ran the same check, before the transaction, on a state read
+    together with that seq, and no posting has touched the account since (every posting advances
+    the seq of each account it moves). `row`, when
     given, is the business row that belongs with the posting (a transfer), written with it (see
     LinkedRow): a caller needs no transaction of its own around post() (which would cost a
     savepoint), and no round trip of its own."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
-        return _post(legs, kind, reference, memo, actor_id, guard, row)
+        return _post(legs, kind, reference, memo, actor_id, guard, row, unchanged_since)
 
 
 @dataclass(frozen=True)
@@ -194,7 +199,7 @@ class _Locked:
     track_limits: bool
 
 
-def _post(legs, kind, reference, memo, actor_id, guard=None, row=None) -> PostingResult:
+def _post(legs, kind, reference, memo, actor_id, guard=None, row=None, unchanged_since=None) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
@@ -211,7 +216,11 @@ def _post(legs, kind, reference, memo, actor_id, guard=None, row=None) -> Postin
                 accounts = _lock_accounts(account_ids)
                 if len(accounts) < len(account_ids):
                     raise _MissingLedgerAccounts()
-                if guard is not None:
+                if guard is not None and not (
+                    unchanged_since is not None
+                    and unchanged_since[0] in accounts
+                    and accounts[unchanged_since[0]].seq == unchanged_since[1]
+                ):
                     guard()
                 result = write(_plan(totals, kind, pairs, accounts), kind, reference, memo[:255], actor_id, now, row)
                 if after_commit_listeners:
@@ -271,6 +280,32 @@ def fetch_prepared(sql: str, params) -> list[tuple]:
 
 
 _LOCK_STATEMENTS: dict[int, str] = {}
+
+
+def fetch_prepared_many(statements: list[tuple[str, object]]) -> list[list[tuple]]:
+    """Several hot statements in one round trip (a psycopg pipeline on PostgreSQL; one after the
+    other on SQLite), each as fetch_prepared runs it; their rows, in order. For reads: if one fails,
+    the ones after it do not run and the error is raised."""
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.wrap_database_errors:
+        if db.vendor != "postgresql":
+            results = []
+            with db.cursor() as cursor:
+                for sql, params in statements:
+                    cursor.execute(sql, params)
+                    results.append(cursor.fetchall())
+            return results
+        db.close_if_health_check_failed()
+        db.ensure_connection()
+        cursors = [psycopg.Cursor(db.connection) for _ in statements]
+        try:
+            with db.connection.pipeline():
+                for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params, prepare=True)
+            return [cursor.fetchall() for cursor in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
 
 
 def _lock_statement(count: int) -> str:

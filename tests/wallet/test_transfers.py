@@ -399,6 +399,47 @@ def test_limit_counts_the_fee(master_client, demo, create_path):
 
 
 @pytest.mark.django_db
+def test_limit_checked_on_a_stale_snapshot_is_checked_again_under_the_lock(master_client, demo, monkeypatch):
+    """The limit check runs on the counters read with the recipient (before the transaction) and is
+    skipped under the lock only while the sender's ledger seq is the one read with them. Here the
+    snapshot is made stale (empty counters, an older seq): the check under the lock still refuses."""
+    from accounts import limits
+
+    _assign(MASTER, _tier("tiny", LimitPeriod.DAILY, "100"))
+    create(master_client, V4, amount="60")
+    real = limits.snapshot_from_rows
+    made = []
+
+    def stale(rows):
+        snap = real(rows)
+        made.append(snap)
+        if len(made) > 1:  # the read under the lock is left alone
+            return snap
+        return limits.LimitSnapshot(snap.seq - 1, ())  # "nothing used yet", as of an earlier seq
+
+    monkeypatch.setattr(limits, "snapshot_from_rows", stale)
+    refused(master_client, V4, {**BASE, "amount": "50"}, -1010, 400)
+    assert len(made) == 2  # checked on the snapshot (passed), then under the lock (refused)
+    assert Transfer.objects.count() == 1
+    assert ledger_check().ok
+
+
+@pytest.mark.django_db
+def test_limit_is_checked_once_when_nothing_moved_on_the_sender(master_client, demo, monkeypatch):
+    from accounts import limits
+
+    _assign(MASTER, _tier("tiny", LimitPeriod.DAILY, "100"))
+    calls = []
+    real = limits.outflow_refusal
+    monkeypatch.setattr(limits, "outflow_refusal", lambda *a, **k: calls.append(k.get("snap")) or real(*a, **k))
+    create(master_client, V4, amount="60")
+    assert len(calls) == 1
+    assert calls[0] is not None  # on the snapshot, not under the lock
+    refused(master_client, V4, {**BASE, "amount": "50"}, -1010, 400)  # refused on the snapshot
+    assert len(calls) == 2
+
+
+@pytest.mark.django_db
 def test_read_only_key_is_refused(demo, create_path):
     readonly = SignedClient(demo["readonly"]["api_key"], demo["readonly"]["secret_key"])
     refused(readonly, create_path, BASE, -1020, 401)

@@ -10,11 +10,11 @@ from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 
-from accounts import ledger
+from accounts import ledger, limits
 from accounts.ledger.models import Asset, BusinessType, Posting
-from accounts.limits import outflow_refusal
+from accounts.ledger.posting import fetch_prepared_many
 from accounts.models import SystemRole, User
-from accounts.selectors import user_ref_by_address
+from accounts.selectors import user_ref_from_rows, user_ref_statement
 from exchange.api.errors import UserNotFound
 from exchange.ttlcache import TtlCache
 from wallet import errors
@@ -49,7 +49,10 @@ def transfer_create(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.unknown("account")
-    recipient = user_ref_by_address(address=target_address)
+    # One round trip: the recipient, and the sender's limit counters with its ledger seq (the
+    # limit check runs on them now, and again under the lock only if the sender's seq has moved).
+    found, counted = fetch_prepared_many([user_ref_statement(target_address), limits.snapshot_statement(sender.pk)])
+    recipient, snap = user_ref_from_rows(found), limits.snapshot_from_rows(counted)
     if recipient is None or recipient.system_role is not None or not recipient.is_active:
         raise UserNotFound(msg="No account has this target_address.")
     if recipient.id == sender.pk:
@@ -65,10 +68,14 @@ def transfer_create(
     if fee > 0:
         legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
 
+    refused = limits.outflow_refusal(sender, asset, amount + fee, withdrawal=False, snap=snap)
+    if refused:
+        raise errors.limit_exceeded(*refused)
+
     def guard() -> None:
-        # Runs with the sender's (and every other) ledger row locked: the limit check sees every
-        # earlier movement of this sender.
-        refused = outflow_refusal(sender, asset, amount + fee, withdrawal=False)
+        # Runs with the sender's (and every other) ledger row locked, when the sender's seq moved
+        # since the snapshot: the limit check then sees every earlier movement of this sender.
+        refused = limits.outflow_refusal(sender, asset, amount + fee, withdrawal=False)
         if refused:
             raise errors.limit_exceeded(*refused)
 
@@ -91,6 +98,7 @@ def transfer_create(
         # row is written in the posting's own statement.
         result = ledger.post(
             guard=guard,
+            unchanged_since=(sender.pk, snap.seq) if snap.seq is not None else None,
             row=ledger.LinkedRow(Transfer, values),
             legs=legs,
             kind=BusinessType.P2P_TRANSFER,
