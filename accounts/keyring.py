@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from cryptography.fernet import InvalidToken
 from django.conf import settings
 from django.db import transaction
 
@@ -78,6 +79,17 @@ class Keyring:
         return None
 
 
+def _signer_of(key: ApiKey) -> hmac.HMAC | None:
+    """The key's keyed HMAC, or None when its secret cannot be decrypted (e.g. its encryption key
+    was dropped from API_SECRET_ENCRYPTION_KEYS): that key's requests are then refused as badly
+    signed (-1022), and the account's other keys keep working."""
+    try:
+        return signer(decrypt_secret(key.secret_ciphertext))
+    except InvalidToken:
+        logger.error("API key %s…: its secret cannot be decrypted with the configured keys", key.key[:8])
+        return None
+
+
 def _load(user_id: int) -> Keyring | None:
     values = User.objects.filter(pk=user_id).values_list(*_USER_FIELDS).first()
     if values is None:
@@ -92,7 +104,7 @@ def _load(user_id: int) -> Keyring | None:
             ip_restrict=k.ip_restrict,
             ip_list=tuple(k.ip_list),
             created_at_ms=int(k.created_at.timestamp() * 1000),
-            signer=signer(decrypt_secret(k.secret_ciphertext)),
+            signer=_signer_of(k),
         )
         for k in ApiKey.objects.filter(user_id=user_id).order_by("id")
     )

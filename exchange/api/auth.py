@@ -144,8 +144,9 @@ def signer(secret: str) -> hmac.HMAC:
     return hmac.new(secret.encode(), digestmod=hashlib.sha256)
 
 
-def verify_signature(keyed: hmac.HMAC, provided: str | None, candidates: list[str]) -> None:
-    if not provided or not _HEX64.fullmatch(provided):
+def verify_signature(keyed: hmac.HMAC | None, provided: str | None, candidates: list[str]) -> None:
+    """`keyed` None: the key's secret could not be decrypted (accounts.keyring): nothing verifies."""
+    if keyed is None or not provided or not _HEX64.fullmatch(provided):
         raise InvalidSignature()
     provided = provided.lower()
     ok = False

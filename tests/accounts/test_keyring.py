@@ -105,3 +105,17 @@ def test_a_cached_key_keeps_its_secret_only_as_a_keyed_hmac_never_in_its_repr(ma
     # A wrong signature is still refused with the cached signer.
     bad = SignedClient(api_key.key, secret[::-1])
     assert_error(bad.get("/openapi/v1/api-keys"), -1022, 401)
+
+
+@pytest.mark.django_db
+def test_a_key_whose_secret_cannot_be_decrypted_fails_alone(master, make_key):
+    """E.g. its encryption key was dropped from API_SECRET_ENCRYPTION_KEYS: that key's requests are
+    refused as badly signed, the account's other keys keep working."""
+    from accounts.models import ApiKey
+
+    good, good_secret = make_key(master)
+    bad, bad_secret = make_key(master, name="old")
+    ApiKey.objects.filter(pk=bad.pk).update(secret_ciphertext="gAAAAAB-not-a-fernet-token")  # no signal
+    keyrings.clear()
+    assert SignedClient(good.key, good_secret).get("/openapi/v1/api-keys").status_code == 200
+    assert_error(SignedClient(bad.key, bad_secret).get("/openapi/v1/api-keys"), -1022, 401)

@@ -435,8 +435,11 @@ def test_limit_is_checked_once_when_nothing_moved_on_the_sender(master_client, d
     create(master_client, V4, amount="60")
     assert len(calls) == 1
     assert calls[0] is not None  # on the snapshot, not under the lock
-    refused(master_client, V4, {**BASE, "amount": "50"}, -1010, 400)  # refused on the snapshot
-    assert len(calls) == 2
+    refused(master_client, V4, {**BASE, "amount": "50"}, -1010, 400)
+    # Refused on the snapshot, then decided under the lock (a refusal is final only there).
+    assert len(calls) == 3
+    assert calls[1] is not None
+    assert calls[2] is None
 
 
 @pytest.mark.django_db

@@ -68,13 +68,15 @@ def transfer_create(
     if fee > 0:
         legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
 
-    refused = limits.outflow_refusal(sender, asset, amount + fee, withdrawal=False, snap=snap)
-    if refused:
-        raise errors.limit_exceeded(*refused)
+    # Allowed on the snapshot: checked again under the lock only if the sender's seq moved since.
+    # Refused on it: decided under the lock instead (counters can go down, e.g. a released
+    # withdrawal hold, so a refusal is only final on the state the posting would see).
+    checked = limits.outflow_refusal(sender, asset, amount + fee, withdrawal=False, snap=snap) is None
 
     def guard() -> None:
-        # Runs with the sender's (and every other) ledger row locked, when the sender's seq moved
-        # since the snapshot: the limit check then sees every earlier movement of this sender.
+        # Runs with the sender's (and every other) ledger row locked, unless the snapshot allowed the
+        # transfer and the sender's seq has not moved: it then sees every earlier movement of this
+        # sender.
         refused = limits.outflow_refusal(sender, asset, amount + fee, withdrawal=False)
         if refused:
             raise errors.limit_exceeded(*refused)
@@ -98,7 +100,7 @@ def transfer_create(
         # row is written in the posting's own statement.
         result = ledger.post(
             guard=guard,
-            unchanged_since=(sender.pk, snap.seq) if snap.seq is not None else None,
+            unchanged_since=(sender.pk, snap.seq) if checked and snap.seq is not None else None,
             row=ledger.LinkedRow(Transfer, values),
             legs=legs,
             kind=BusinessType.P2P_TRANSFER,
