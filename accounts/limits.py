@@ -79,15 +79,25 @@ class LimitSnapshot:
     rows: tuple  # (span, asset code, reference price, deposits, withdrawals, p2p in, p2p out)
 
 
+# The columns of a LimitSnapshot row (see snapshot_from_rows) and the joins that give them, for an
+# account aliased `la` (its ledger row); the joins' parameters come from snapshot_join_params.
+SNAPSHOT_COLUMNS = "la.seq, c.span, a.code, a.reference_price, c.deposits, c.withdrawals, c.p2p_in, c.p2p_out"
+SNAPSHOT_JOINS = (
+    " LEFT JOIN accounts_limitcounter c ON c.account_id = la.user_id AND ("
+    + " OR ".join(["(c.span = %s AND c.period_start = %s)"] * len(counters.SPANS))
+    + ") LEFT JOIN accounts_asset a ON a.id = c.asset_id"
+)
+
+
+def snapshot_join_params(now: datetime | None = None) -> list:
+    return [v for key in counters.period_keys(now or timezone.now()) for v in key]
+
+
 def snapshot_statement(user_id: int, now: datetime | None = None) -> tuple[str, list]:
     """The statement (and its parameters) that reads a LimitSnapshot; see snapshot_from_rows."""
-    periods = counters.period_keys(now or timezone.now())
-    where = " OR ".join(["(c.span = %s AND c.period_start = %s)"] * len(periods))
     return (
-        "SELECT la.seq, c.span, a.code, a.reference_price, c.deposits, c.withdrawals, c.p2p_in, c.p2p_out"
-        f" FROM accounts_ledgeraccount la LEFT JOIN accounts_limitcounter c ON c.account_id = la.user_id AND ({where})"
-        " LEFT JOIN accounts_asset a ON a.id = c.asset_id WHERE la.user_id = %s",
-        [*(v for key in periods for v in key), user_id],
+        f"SELECT {SNAPSHOT_COLUMNS} FROM accounts_ledgeraccount la{SNAPSHOT_JOINS} WHERE la.user_id = %s",
+        [*snapshot_join_params(now), user_id],
     )
 
 

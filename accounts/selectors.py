@@ -9,7 +9,14 @@ from django.db.models import F, Max, Sum
 
 from accounts.keyring import keyrings
 from accounts.ledger.posting import fetch_prepared
-from accounts.limits import limit_blocks
+from accounts.limits import (
+    SNAPSHOT_COLUMNS,
+    SNAPSHOT_JOINS,
+    LimitSnapshot,
+    limit_blocks,
+    snapshot_from_rows,
+    snapshot_join_params,
+)
 from accounts.models import Asset, Balance, Entry, User
 from exchange.api import formatting as fmt
 
@@ -50,22 +57,22 @@ class UserRef:
     is_active: bool
 
 
-def user_ref_statement(address: str) -> tuple[str, list]:
-    """The prepared statement that finds what a transfer needs of its recipient, as
-    user_get_by_address finds the user (see user_ref_from_rows)."""
+def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, LimitSnapshot]:
+    """The recipient of a transfer (found as user_get_by_address finds the user) and the sender's
+    limit snapshot (accounts.limits.LimitSnapshot), in one prepared statement: one round trip."""
     column, value = _address_key(address)
-    if column == "email":
-        return "SELECT id, system_role, is_active FROM accounts_user WHERE email = %s", [value]
-    return "SELECT id, system_role, is_active FROM accounts_user WHERE phone = %s", [value]
-
-
-def user_ref_from_rows(rows: list[tuple]) -> UserRef | None:
-    return UserRef(rows[0][0], rows[0][1], bool(rows[0][2])) if rows else None
-
-
-def user_ref_by_address(*, address: str) -> UserRef | None:
-    """What a transfer needs of its recipient, in one prepared statement."""
-    return user_ref_from_rows(fetch_prepared(*user_ref_statement(address)))
+    match = (  # e-mails are unique; a phone number may not be: then the first, as .first() takes it
+        "r.email = %s" if column == "email" else "r.id = (SELECT id FROM accounts_user WHERE phone = %s LIMIT 1)"
+    )
+    rows = fetch_prepared(  # the f-string joins this module's constant SQL; values are parameters
+        f"SELECT r.id, r.system_role, r.is_active, {SNAPSHOT_COLUMNS} FROM (SELECT CAST(%s AS bigint) AS id) s"  # noqa: S608
+        f" LEFT JOIN accounts_user r ON {match}"
+        f" LEFT JOIN accounts_ledgeraccount la ON la.user_id = s.id{SNAPSHOT_JOINS}",
+        [sender_id, value, *snapshot_join_params()],
+    )
+    first = rows[0]  # the outer query always gives a row
+    recipient = UserRef(first[0], first[1], bool(first[2])) if first[0] is not None else None
+    return recipient, snapshot_from_rows([row[3:] for row in rows] if first[3] is not None else [])
 
 
 # --- balances, account information, history ---------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from accounts import ledger
-from accounts.ledger.posting import fetch_prepared, fetch_prepared_many
+from accounts.ledger.posting import fetch_prepared
 from accounts.models import Asset, SystemRole
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL prepared statements")
@@ -61,19 +61,6 @@ def test_array_literals_carry_exact_decimals_and_refuse_foreign_text(make_user):
     for foreign in ("a,b", "}", "FL", '"'):
         with pytest.raises(TypeError):
             _array_literal([foreign])
-
-
-@pytest.mark.django_db(transaction=True)
-def test_statements_in_one_pipeline_answer_in_order_and_a_failure_leaves_the_connection_usable():
-    from django.db import DataError
-
-    assert fetch_prepared_many([("SELECT %s::int", [1]), ("SELECT %s::text, 2", ["b"])]) == [[(1,)], [("b", 2)]]
-    with pytest.raises(DataError):  # Django's error type, as for any query
-        fetch_prepared_many([("SELECT 1/%s::int", [0]), ("SELECT %s::int", [3])])
-    assert fetch_prepared_many([("SELECT %s::int", [4])]) == [[(4,)]]
-    with connection.cursor() as cursor:  # and Django's own cursors too
-        cursor.execute("SELECT 5")
-        assert cursor.fetchone() == (5,)
 
 
 def test_the_zero_sum_rule_is_the_statement_trigger_only(db):

@@ -403,23 +403,20 @@ def test_limit_checked_on_a_stale_snapshot_is_checked_again_under_the_lock(maste
     """The limit check runs on the counters read with the recipient (before the transaction) and is
     skipped under the lock only while the sender's ledger seq is the one read with them. Here the
     snapshot is made stale (empty counters, an older seq): the check under the lock still refuses."""
-    from accounts import limits
+    from accounts import limits, selectors
 
     _assign(MASTER, _tier("tiny", LimitPeriod.DAILY, "100"))
     create(master_client, V4, amount="60")
-    real = limits.snapshot_from_rows
+    real = selectors.snapshot_from_rows
     made = []
 
     def stale(rows):
-        snap = real(rows)
-        made.append(snap)
-        if len(made) > 1:  # the read under the lock is left alone
-            return snap
-        return limits.LimitSnapshot(snap.seq - 1, ())  # "nothing used yet", as of an earlier seq
+        made.append(real(rows))
+        return limits.LimitSnapshot(made[-1].seq - 1, ())  # "nothing used yet", as of an earlier seq
 
-    monkeypatch.setattr(limits, "snapshot_from_rows", stale)
+    monkeypatch.setattr(selectors, "snapshot_from_rows", stale)  # the snapshot read with the recipient
     refused(master_client, V4, {**BASE, "amount": "50"}, -1010, 400)
-    assert len(made) == 2  # checked on the snapshot (passed), then under the lock (refused)
+    assert len(made) == 1
     assert Transfer.objects.count() == 1
     assert ledger_check().ok
 

@@ -12,9 +12,8 @@ from django.db import IntegrityError, transaction
 
 from accounts import ledger, limits
 from accounts.ledger.models import Asset, BusinessType, Posting
-from accounts.ledger.posting import fetch_prepared_many
 from accounts.models import SystemRole, User
-from accounts.selectors import user_ref_from_rows, user_ref_statement
+from accounts.selectors import transfer_parties
 from exchange.api.errors import UserNotFound
 from exchange.ttlcache import TtlCache
 from wallet import errors
@@ -49,10 +48,9 @@ def transfer_create(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.unknown("account")
-    # One round trip: the recipient, and the sender's limit counters with its ledger seq (the
-    # limit check runs on them now, and again under the lock only if the sender's seq has moved).
-    found, counted = fetch_prepared_many([user_ref_statement(target_address), limits.snapshot_statement(sender.pk)])
-    recipient, snap = user_ref_from_rows(found), limits.snapshot_from_rows(counted)
+    # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
+    # check runs on them now, and again under the lock only if it refused or the seq has moved).
+    recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
     if recipient is None or recipient.system_role is not None or not recipient.is_active:
         raise UserNotFound(msg="No account has this target_address.")
     if recipient.id == sender.pk:
