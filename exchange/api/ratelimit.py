@@ -112,15 +112,7 @@ class Counters:
             raise ValueError("a signature is checked only for an identified caller")
         if not self._redis:
             return self._take_memory(
-                ban_key,
-                ip_key,
-                ip_weight,
-                uid_key,
-                uid_weight,
-                window,
-                ip_limit,
-                uid_limit,
-                signature_key,
+                ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
                 signature_seconds,
             )
         keys = [self._key(ban_key), self._key(ip_key)]
@@ -134,16 +126,7 @@ class Counters:
         return Taken(ban, ip, ip_ms, uid if uid_key and uid >= 0 else None, uid_ms, bool(replayed))
 
     def _take_memory(
-        self,
-        ban_key,
-        ip_key,
-        ip_weight,
-        uid_key,
-        uid_weight,
-        window,
-        ip_limit,
-        uid_limit,
-        signature_key,
+        self, ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
         signature_seconds,
     ) -> Taken:
         store: MemoryStorage = self.storage
