@@ -251,21 +251,11 @@ def _open_ledger_accounts(account_ids: list[int]) -> None:
         )
 
 
-def prepared_cursor():
-    """A cursor on the current connection (and transaction) for the ledger's hot statements. On
-    PostgreSQL a plain psycopg cursor (server-side binding): with `prepare=True` a statement is
-    parsed and planned once per connection (settings: DB_PREPARED_STATEMENTS). Database errors
-    still arrive as Django's (wrap them with `connection.wrap_database_errors`)."""
-    db = connections[DEFAULT_DB_ALIAS]
-    if db.vendor != "postgresql":
-        return db.cursor()
-    db.close_if_health_check_failed()  # as Django's own cursors do (DB_HEALTH_CHECKS)
-    db.ensure_connection()
-    return psycopg.Cursor(db.connection)
-
-
 def fetch_prepared(sql: str, params) -> list[tuple]:
-    """Run one hot statement (prepared on PostgreSQL, see prepared_cursor) and return its rows."""
+    """Run one of the ledger's hot statements on the current connection (and transaction) and return
+    its rows. On PostgreSQL through a plain psycopg cursor (server-side binding) with `prepare=True`:
+    parsed and planned once per connection (settings: DB_PREPARED_STATEMENTS). Database errors arrive
+    as Django's."""
     db = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy is a lookup
     with db.wrap_database_errors:
         if db.vendor != "postgresql":
@@ -280,32 +270,6 @@ def fetch_prepared(sql: str, params) -> list[tuple]:
 
 
 _LOCK_STATEMENTS: dict[int, str] = {}
-
-
-def fetch_prepared_many(statements: list[tuple[str, object]]) -> list[list[tuple]]:
-    """Several hot statements in one round trip (a psycopg pipeline on PostgreSQL; one after the
-    other on SQLite), each as fetch_prepared runs it; their rows, in order. For reads: if one fails,
-    the ones after it do not run and the error is raised."""
-    db = connections[DEFAULT_DB_ALIAS]
-    with db.wrap_database_errors:
-        if db.vendor != "postgresql":
-            results = []
-            with db.cursor() as cursor:
-                for sql, params in statements:
-                    cursor.execute(sql, params)
-                    results.append(cursor.fetchall())
-            return results
-        db.close_if_health_check_failed()
-        db.ensure_connection()
-        cursors = [psycopg.Cursor(db.connection) for _ in statements]
-        try:
-            with db.connection.pipeline():
-                for cursor, (sql, params) in zip(cursors, statements, strict=True):
-                    cursor.execute(sql, params, prepare=True)
-            return [cursor.fetchall() for cursor in cursors]
-        finally:
-            for cursor in cursors:
-                cursor.close()
 
 
 def _lock_statement(count: int) -> str:

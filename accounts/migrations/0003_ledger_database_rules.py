@@ -7,7 +7,8 @@ SQLite (the embedded default) has no deferred triggers; `manage.py ledger_check`
 
 from django.db import migrations
 
-POSTGRES_RULES = """
+# The zero-sum rule as first written (migration 0010 replaced it, and restores it when reversed).
+ZERO_SUM_RULE = """
 CREATE OR REPLACE FUNCTION ledger_posting_sums_to_zero() RETURNS trigger AS $$
 BEGIN
   IF EXISTS (
@@ -23,7 +24,9 @@ END $$ LANGUAGE plpgsql;
 CREATE CONSTRAINT TRIGGER entry_posting_sums_to_zero
   AFTER INSERT ON accounts_entry DEFERRABLE INITIALLY DEFERRED
   FOR EACH ROW EXECUTE FUNCTION ledger_posting_sums_to_zero();
+"""
 
+POSTGRES_RULES = ZERO_SUM_RULE + """
 CREATE OR REPLACE FUNCTION ledger_append_only() RETURNS trigger AS $$
 BEGIN
   RAISE EXCEPTION 'ledger: % is append-only (% refused)', TG_TABLE_NAME, TG_OP

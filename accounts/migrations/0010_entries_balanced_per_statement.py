@@ -13,6 +13,8 @@ way: a posting's entries must be written by one statement (`ledger.post` writes 
 hand-written posting that inserts its entries one by one is refused at its first entry).
 """
 
+from importlib import import_module
+
 from django.db import migrations
 
 NEW_RULE = """
@@ -39,21 +41,7 @@ CREATE TRIGGER entry_statement_sums_to_zero AFTER INSERT ON accounts_entry
 OLD_RULE = """
 DROP TRIGGER IF EXISTS entry_statement_sums_to_zero ON accounts_entry;
 DROP FUNCTION IF EXISTS ledger_entries_sum_to_zero();
-CREATE OR REPLACE FUNCTION ledger_posting_sums_to_zero() RETURNS trigger AS $$
-BEGIN
-  IF EXISTS (
-    SELECT 1 FROM accounts_entry WHERE posting_id = NEW.posting_id
-    GROUP BY asset_id HAVING SUM(side * amount) <> 0
-  ) THEN
-    RAISE EXCEPTION 'ledger: posting % does not sum to zero per asset', NEW.posting_id
-      USING ERRCODE = 'check_violation';
-  END IF;
-  RETURN NULL;
-END $$ LANGUAGE plpgsql;
-CREATE CONSTRAINT TRIGGER entry_posting_sums_to_zero
-  AFTER INSERT ON accounts_entry DEFERRABLE INITIALLY DEFERRED
-  FOR EACH ROW EXECUTE FUNCTION ledger_posting_sums_to_zero();
-"""
+""" + import_module("accounts.migrations.0003_ledger_database_rules").ZERO_SUM_RULE
 
 
 def apply(apps, schema_editor):

@@ -135,13 +135,20 @@ def signature_candidates(query: str, body: str, query_pairs, body_pairs, header_
     return candidates
 
 
-def sign(secret: str, text: str) -> str:
-    return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()
-
-
 def signer(secret: str) -> hmac.HMAC:
     """HMAC-SHA256 keyed with `secret`, to be copied per message (the keyring keeps one per key)."""
     return hmac.new(secret.encode(), digestmod=hashlib.sha256)
+
+
+def _hexdigest(keyed: hmac.HMAC, text: str) -> str:
+    mac = keyed.copy()
+    mac.update(text.encode())
+    return mac.hexdigest()
+
+
+def sign(secret: str, text: str) -> str:
+    """The signature a client sends for `text` (tests and tools sign with it)."""
+    return _hexdigest(signer(secret), text)
 
 
 def verify_signature(keyed: hmac.HMAC | None, provided: str | None, candidates: list[str]) -> None:
@@ -151,9 +158,7 @@ def verify_signature(keyed: hmac.HMAC | None, provided: str | None, candidates: 
     provided = provided.lower()
     ok = False
     for text in candidates:  # no early exit: the time taken does not depend on which one matched
-        mac = keyed.copy()
-        mac.update(text.encode())
-        ok |= hmac.compare_digest(mac.hexdigest(), provided)
+        ok |= hmac.compare_digest(_hexdigest(keyed, text), provided)
     if not ok:
         raise InvalidSignature()
 

@@ -1,3 +1,4 @@
+import asyncio
 from decimal import Decimal
 
 import pytest
@@ -21,6 +22,26 @@ def deposit(user, amount, asset="BTC", reference=None):
         kind="CHAIN_DEPOSIT",
         reference=reference or f"dep:{user.id}:{amount}:{asset}:{id(object())}",
     )
+
+
+def deposit_from_threads(world: int, account_of, count: int, threads: int, prefix: str):
+    """Deposits 1..count satoshi (deposit n to `account_of(n)`), from `threads` threads at once, each
+    on its own database connection; an awaitable that ends when all are posted."""
+
+    def share(first: int) -> None:
+        from django.db import connection
+
+        try:
+            for n in range(first, count + 1, threads):
+                ledger.post(
+                    legs=ledger.move(world, account_of(n).pk, "BTC", Decimal(n) / 10**8),
+                    kind="CHAIN_DEPOSIT",
+                    reference=f"{prefix}:{n}",
+                )
+        finally:
+            connection.close()
+
+    return asyncio.gather(*(sync_to_async(share, thread_sensitive=False)(i + 1) for i in range(threads)))
 
 
 def communicator(listen_key: str) -> WebsocketCommunicator:

@@ -26,7 +26,7 @@ from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from streams import relay
 from streams.consumers import UserDataConsumer
-from tests.streams.conftest import connect, deposit
+from tests.streams.conftest import connect, deposit, deposit_from_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -305,18 +305,7 @@ async def test_burst_beyond_channel_capacity_while_the_consumer_is_stalled(maste
     with override_settings(STREAM_KEY_CHECK_SECONDS=0.2):
         ws = await connect(master)
 
-        def post_share(first: int) -> None:
-            try:
-                for n in range(first, count + 1, threads):
-                    ledger.post(
-                        legs=ledger.move(world, master.pk, "BTC", Decimal(n) / 10**8),
-                        kind="CHAIN_DEPOSIT",
-                        reference=f"burst:{n}",
-                    )
-            finally:
-                connection.close()
-
-        await asyncio.gather(*(sync_to_async(post_share, thread_sensitive=False)(i + 1) for i in range(threads)))
+        await deposit_from_threads(world, lambda n: master, count, threads, "burst")
         # The fast path has sent every row (and marked it published) while the consumer waits.
         deadline = time.monotonic() + 10
         while await BalanceChange.objects.filter(account_id=master.pk, published_at__isnull=True).aexists():

@@ -13,14 +13,13 @@ from decimal import Decimal
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.db import connection
 from django.test import override_settings
 
 from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from streams import relay
-from tests.streams.conftest import connect, deposit
+from tests.streams.conftest import connect, deposit, deposit_from_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -68,19 +67,7 @@ async def test_concurrent_postings_arrive_once_and_in_order_through_batches(make
 
     monkeypatch.setattr(publisher.sender, "send", slow_send)
 
-    def post_share(first: int) -> None:
-        try:
-            for n in range(first, count + 1, threads):
-                user = accounts[n % 3]
-                ledger.post(
-                    legs=ledger.move(world, user.pk, "BTC", Decimal(n) / 10**8),
-                    kind="CHAIN_DEPOSIT",
-                    reference=f"batched:{n}",
-                )
-        finally:
-            connection.close()
-
-    posters = asyncio.gather(*(sync_to_async(post_share, thread_sensitive=False)(i + 1) for i in range(threads)))
+    posters = deposit_from_threads(world, lambda n: accounts[n % 3], count, threads, "batched")
     expected = {user.pk: [n for n in range(1, count + 1) if accounts[n % 3] is user] for user in accounts}
 
     def totals(account_id: int) -> list[Decimal]:
