@@ -9,6 +9,7 @@ from importlib import import_module
 _EXPORTS = {
     "BalanceAfter": "posting",
     "Leg": "posting",
+    "LedgerState": "posting",
     "LinkedRow": "posting",
     "PostingResult": "posting",
     "after_commit_listeners": "posting",
