@@ -43,9 +43,9 @@ services:
 	./scripts/services.sh > var/services.env
 
 ## make test: real PostgreSQL and Redis, lint, then the whole test suite; then the tests of the
-## embedded mode's own SQL (the ledger's portable write, limit counters, transfers) on SQLite.
+## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings) on SQLite.
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
-	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py
+	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \

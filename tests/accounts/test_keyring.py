@@ -119,3 +119,39 @@ def test_a_key_whose_secret_cannot_be_decrypted_fails_alone(master, make_key):
     keyrings.clear()
     assert SignedClient(good.key, good_secret).get("/openapi/v1/api-keys").status_code == 200
     assert_error(SignedClient(bad.key, bad_secret).get("/openapi/v1/api-keys"), -1022, 401)
+
+
+@pytest.mark.django_db
+def test_a_loaded_keyring_holds_the_account_and_every_key_as_stored(master, make_key):
+    """PostgreSQL loads a keyring with one prepared statement, SQLite through the ORM: either way
+    the account's values and each key's fields are those the ORM reads (types and IP lists decoded,
+    keys in creation order), and an account without keys has an empty keyring."""
+    from accounts.keyring import _USER_FIELDS, _load
+    from accounts.models import ApiKey, User
+
+    first, first_secret = make_key(master, types=["Read only"], name="reader")
+    second, _ = make_key(master, ip_list=["10.0.0.1", "10.0.0.0/24"], ip_restrict=True, name="ops")
+    ring = _load(master.pk)
+    assert ring.user_values == User.objects.filter(pk=master.pk).values_list(*_USER_FIELDS).get()
+    assert ring.account().email == master.email
+    stored = list(ApiKey.objects.filter(user=master).order_by("id"))
+    assert [record.key for record in ring.keys] == [k.key for k in stored] == [first.key, second.key]
+    for record, key in zip(ring.keys, stored, strict=True):
+        assert (record.name, record.secret_ciphertext, record.status, record.ip_restrict) == (
+            key.name,
+            key.secret_ciphertext,
+            key.status,
+            key.ip_restrict,
+        )
+        assert record.types == tuple(key.types)
+        assert record.ip_list == tuple(key.ip_list)
+        assert record.created_at_ms == int(key.created_at.timestamp() * 1000)
+    assert ring.keys[0].types == ("Read only",)
+    assert ring.keys[1].ip_list == ("10.0.0.1", "10.0.0.0/24")
+    mac = ring.keys[0].signer.copy()
+    mac.update(b"timestamp=1")
+    assert mac.hexdigest() == sign(first_secret, "timestamp=1")
+
+    ApiKey.objects.filter(user=master).delete()
+    assert _load(master.pk).keys == ()
+    assert _load(master.pk + 10_000) is None
