@@ -95,9 +95,12 @@ class RestServer(NamedTuple):
 GRANIAN_IDLE_THREAD_SECONDS = 300
 
 
-def rest_server(port: int, *, workers: int, threads: int, gunicorn_preload: bool = False) -> RestServer:
+def rest_server(
+    port: int, *, workers: int, threads: int, gunicorn_preload: bool = False, app: str = "exchange.wsgi:application"
+) -> RestServer:
     """The REST server as production runs it (docs/operations.md): granian's WSGI interface with
-    `workers` processes of `threads` blocking threads each, on 127.0.0.1:`port`.
+    `workers` processes of `threads` blocking threads each, on 127.0.0.1:`port`, serving `app` (the
+    production application unless a diagnostic wraps it, e.g. bench/_phases.py).
 
     BENCH_SERVER=gunicorn selects gunicorn with BENCH_WORKER_CLASS (default gthread) workers of
     `threads` threads instead, for comparisons; `gunicorn_preload` sets up Django before it forks.
@@ -121,14 +124,14 @@ def rest_server(port: int, *, workers: int, threads: int, gunicorn_preload: bool
             "--log-level",
             "warning",
             "--no-access-log",
-            "exchange.wsgi:application",
+            app,
         ]
         return RestServer(args, f"granian (WSGI) {workers} workers x {threads} blocking threads")
     if server == "gunicorn":
         worker_class = os.environ.get("BENCH_WORKER_CLASS", "gthread")
         args = [
             str(VENV_BIN / "gunicorn"),
-            "exchange.wsgi:application",
+            app,
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",
