@@ -71,6 +71,17 @@ class LedgerAccount(models.Model):
         return f"ledger of {self.user_id}"
 
 
+class _PostingsOnly(models.QuerySet):
+    """Balances change only through accounts.ledger.post(): it holds the accounts' ledger locks and
+    advances their seq, which the optimistic posting relies on to know the balances it read are
+    current. ORM writes are refused (migrations use historical models and are not affected)."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("Balances change only through accounts.ledger.post().")
+
+    update = delete = bulk_create = bulk_update = update_or_create = get_or_create = create = _refuse
+
+
 class Balance(models.Model):
     account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="balances")
     asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
@@ -78,6 +89,8 @@ class Balance(models.Model):
     locked = AmountField(default=Decimal(0))
     allow_negative = models.BooleanField(default=False)
     updated_at = models.DateTimeField()
+
+    objects = _PostingsOnly.as_manager()
 
     class Meta:
         constraints = [
@@ -89,6 +102,12 @@ class Balance(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account_id} {self.asset_id}: {self.free} free, {self.locked} locked"
+
+    def save(self, *args, **kwargs):
+        raise TypeError("Balances change only through accounts.ledger.post().")
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("Balances change only through accounts.ledger.post().")
 
 
 class Posting(models.Model):

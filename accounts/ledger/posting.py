@@ -269,9 +269,9 @@ def _optimistic_allowed(account_ids, known, guard, unchanged_since) -> bool:
     alone), the known state of every account, and a guard (if any) already passed on that state."""
     if not all(account in known for account in account_ids):
         return False
-    if guard is not None and not (
+    if guard is not None and not (  # the guard's account must be one this statement locks and compares
         unchanged_since is not None
-        and unchanged_since[0] in known
+        and unchanged_since[0] in account_ids
         and known[unchanged_since[0]].seq == unchanged_since[1]
     ):
         return False
@@ -377,9 +377,13 @@ def _result(plan: _Plan, posting_id: int, kind: str, reference: str, now, after:
     return PostingResult(posting_id, kind, reference, now, tuple(balances), row_id)
 
 
-# PostgreSQL: the whole write is one prepared statement. It reads the balances (stable: every
-# writer of a balance holds its account's lock, which this transaction holds) and writes only if no
-# customer balance would go negative; otherwise it writes nothing and returns no posting id.
+# PostgreSQL: the whole write is one prepared statement. It reads the balances and writes only if
+# no customer balance would go negative; otherwise it writes nothing and returns no posting id. The
+# balances it reads are current because only postings write balances (the Balance model refuses
+# ORM writes), every posting holds its accounts' ledger locks and advances their seq: on the locked
+# way this transaction holds the locks before the statement starts; on the optimistic way the
+# statement's snapshot is older than its locks, and the unchanged seqs under the locks show that no
+# posting wrote these balances in between.
 _PG_WRITE = """
 {optimistic}d AS (
     SELECT * FROM unnest(%(d_account)s::bigint[], %(d_asset)s::bigint[], %(d_free)s::numeric[],

@@ -157,6 +157,66 @@ def test_a_guard_is_skipped_only_for_a_state_it_passed_on(pair, locked_ways):
     assert (guarded, len(locked_ways)) == ([1, 2], 2)  # one statement, the guard's check still holds
 
 
+def test_a_guard_passed_on_an_account_outside_the_posting_is_run_under_the_lock(pair, make_user, locked_ways):
+    """unchanged_since must name an account the statement locks and compares: carol is known but
+    not in the posting, and her seq moved after the caller's check (review finding, session 4)."""
+    alice, bob = pair
+    carol = make_user().id
+    fund(carol, "BTC", Decimal(1), "fund:carol")
+    state = known(alice, bob, carol)
+    fund(carol, "BTC", Decimal(1), "fund:carol:again")
+    locked_ways.clear()
+    guarded = []
+    move(
+        alice,
+        bob,
+        "1",
+        "p2p:1",
+        known=state,
+        guard=lambda: guarded.append(1),
+        unchanged_since=(carol, state[carol].seq),
+    )
+    assert guarded == [1]
+    assert locked_ways == [(alice, bob)]
+
+
+def test_balances_refuse_writes_that_bypass_the_ledger(pair):
+    """The optimistic posting trusts that only postings write balances (each advances the seq)."""
+    from accounts.models import Balance
+
+    alice, _ = pair
+    row = Balance.objects.get(account_id=alice)
+    for write in (
+        lambda: Balance.objects.filter(account_id=alice).update(free=Decimal(99)),
+        lambda: Balance.objects.filter(account_id=alice).delete(),
+        lambda: Balance.objects.create(account_id=alice, asset=row.asset, free=1, updated_at=row.updated_at),
+        lambda: row.save(),
+        lambda: row.delete(),
+    ):
+        with pytest.raises(TypeError, match=r"only through accounts\.ledger\.post"):
+            write()
+    assert balance(alice, "BTC") == (Decimal(10), Decimal(0))
+
+
+def test_a_transfer_through_the_service_is_one_statement_when_nothing_moved(pair, locked_ways):
+    from accounts.models import User
+    from wallet.transfers import services
+
+    alice, bob = pair
+    Asset.objects.filter(code="BTC").update(transfer_min_quantity=Decimal("0.1"))
+    services.assets.clear()
+    transfer = services.transfer_create(
+        sender=User.objects.get(pk=alice),
+        asset_code="BTC",
+        target_address=User.objects.get(pk=bob).email,
+        amount=Decimal("0.5"),
+    )
+    assert locked_ways == []
+    assert transfer.posting_id is not None
+    assert balance(bob, "BTC") == (Decimal("10.5"), Decimal(0))
+    assert_change_feed_consistent([alice, bob])
+
+
 def test_inside_a_transaction_or_with_an_unknown_account_it_goes_the_locked_way(pair, make_user, locked_ways):
     alice, bob = pair
     with transaction.atomic():
