@@ -83,7 +83,8 @@ class _PostingsOnly(models.QuerySet):
 
 
 class Balance(models.Model):
-    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="balances")
+    # No index of its own: unique constraint (account, asset) leads with the account.
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, db_index=False, related_name="balances")
     asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
     free = AmountField(default=Decimal(0))
     locked = AmountField(default=Decimal(0))
@@ -142,7 +143,8 @@ class Bucket(models.TextChoices):
 
 class Entry(models.Model):
     posting = models.ForeignKey(Posting, on_delete=models.PROTECT, related_name="entries")
-    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    # No index of its own: index entry_account_asset_posting leads with the account.
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, db_index=False, related_name="+")
     asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
     bucket = models.CharField(max_length=1, choices=Bucket.choices)
     side = models.SmallIntegerField(help_text="+1 credit (balance grows), -1 debit.")
@@ -165,7 +167,8 @@ class BalanceChange(models.Model):
     """The change feed: one row per account and asset a posting changed, written in the posting's
     transaction. streams publishes these (an event can never describe an uncommitted change)."""
 
-    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    # No index of its own: unique constraint (account, seq) leads with the account.
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, db_index=False, related_name="+")
     asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
     posting = models.ForeignKey(Posting, on_delete=models.PROTECT, related_name="changes")
     kind = models.CharField(max_length=24, choices=BusinessType.choices)
@@ -203,7 +206,8 @@ class LimitCounter(models.Model):
     deposits, withdrawals: net free-balance change by deposit / withdrawal postings (a withdrawal's
     hold is negative, its release positive); p2p_in, p2p_out: transfers received / sent."""
 
-    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    # No index of its own: unique constraint (account, span, period_start, asset) leads with the account.
+    account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, db_index=False, related_name="+")
     asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
     span = models.CharField(max_length=1, choices=LimitSpan.choices)
     period_start = models.DateField()

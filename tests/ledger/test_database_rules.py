@@ -340,3 +340,24 @@ def test_a_balance_of_more_than_28_digits_is_not_rounded(make_user, btc):
     assert Balance.objects.get(account_id=alice, asset=btc).free == Decimal("10000000000.000000000000000001")
     check = ledger_check()
     assert check.ok, check.report()
+
+
+def test_journal_tables_keep_one_index_leading_with_the_account_and_no_redundant_one():
+    """Migration 0011 dropped each journal table's own account_id index: a unique constraint or
+    composite index already leads with the account (and serves every look-up by account)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's catalog")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT t.relname, i.relname, array_agg(a.attname ORDER BY k.n) FROM pg_index x"
+            " JOIN pg_class t ON t.oid = x.indrelid JOIN pg_class i ON i.oid = x.indexrelid"
+            " CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, n)"
+            " JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum"
+            " WHERE t.relname IN ('accounts_balance', 'accounts_balancechange', 'accounts_entry',"
+            " 'accounts_limitcounter') GROUP BY t.relname, i.relname"
+        )
+        indexes = cursor.fetchall()
+    for table in ("accounts_balance", "accounts_balancechange", "accounts_entry", "accounts_limitcounter"):
+        columns = [cols for name, _, cols in indexes if name == table]
+        assert ["account_id"] not in columns, table
+        assert any(cols[0] == "account_id" and len(cols) > 1 for cols in columns), table
