@@ -217,6 +217,47 @@ def test_a_transfer_through_the_service_is_one_statement_when_nothing_moved(pair
     assert_change_feed_consistent([alice, bob])
 
 
+def test_a_posting_of_two_assets_advances_each_seq_by_two(pair, locked_ways):
+    alice, bob = pair
+    Asset.objects.create(code="ETH", name="Ether", transfer_precision=8)
+    fund(alice, "ETH", Decimal(3), "fund:alice:eth")
+    locked_ways.clear()
+    state = known(alice, bob)
+    result = ledger.post(
+        legs=[*ledger.move(alice, bob, "BTC", Decimal(1)), *ledger.move(alice, bob, "ETH", Decimal(2))],
+        kind="P2P_TRANSFER",
+        reference="p2p:two-assets",
+        known=state,
+    )
+    assert locked_ways == []
+    assert sorted((b.account_id, b.asset, b.seq) for b in result.balances) == sorted(
+        [(alice, "BTC", 3), (alice, "ETH", 4), (bob, "BTC", 2), (bob, "ETH", 3)]
+    )
+    assert known(alice, bob)[alice].seq == 4
+    assert balance(bob, "ETH") == (Decimal(2), Decimal(0))
+    assert_change_feed_consistent([alice, bob])
+    assert ledger_check().ok
+
+
+def test_with_autocommit_off_outside_atomic_it_goes_the_locked_way(pair, locked_ways):
+    """The one statement commits on its own only in autocommit: otherwise the listeners would hear
+    of a posting before it is committed."""
+    alice, bob = pair
+    heard = []
+    ledger.after_commit_listeners.append(heard.append)
+    connection.set_autocommit(False)
+    try:
+        move(alice, bob, "1", "p2p:manual", known=known(alice, bob))
+        assert locked_ways == [(alice, bob)]
+        assert heard == []  # not committed yet
+        connection.commit()
+    finally:
+        connection.set_autocommit(True)  # Django runs the on-commit hooks of manual transactions here
+        ledger.after_commit_listeners.remove(heard.append)
+    assert len(heard) == 1
+    assert balance(bob, "BTC") == (Decimal(11), Decimal(0))
+
+
 def test_inside_a_transaction_or_with_an_unknown_account_it_goes_the_locked_way(pair, make_user, locked_ways):
     alice, bob = pair
     with transaction.atomic():
