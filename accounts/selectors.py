@@ -8,7 +8,7 @@ from django.db import connection
 from django.db.models import F, Max, Sum
 
 from accounts.keyring import keyrings
-from accounts.ledger.posting import LedgerState, fetch_prepared
+from accounts.ledger.posting import fetch_prepared
 from accounts.limits import (
     SNAPSHOT_COLUMNS,
     SNAPSHOT_JOINS,
@@ -57,31 +57,22 @@ class UserRef:
     is_active: bool
 
 
-def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, LimitSnapshot, dict[int, LedgerState]]:
-    """The recipient of a transfer (found as user_get_by_address finds the user), the sender's limit
-    snapshot (accounts.limits.LimitSnapshot) and both accounts' ledger rows as `ledger.post(known=)`
-    takes them (those that exist), in one prepared statement: one round trip."""
+def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, LimitSnapshot]:
+    """The recipient of a transfer (found as user_get_by_address finds the user) and the sender's
+    limit snapshot (accounts.limits.LimitSnapshot), in one prepared statement: one round trip."""
     column, value = _address_key(address)
     match = (  # e-mails are unique; a phone number may not be: then the first, as .first() takes it
         "r.email = %s" if column == "email" else "r.id = (SELECT id FROM accounts_user WHERE phone = %s LIMIT 1)"
     )
     rows = fetch_prepared(  # the f-string joins this module's constant SQL; values are parameters
-        "SELECT r.id, r.system_role, r.is_active, rl.seq, rl.allow_negative, rl.track_limits, la.allow_negative,"  # noqa: S608
-        f" la.track_limits, {SNAPSHOT_COLUMNS} FROM (SELECT CAST(%s AS bigint) AS id) s"
+        f"SELECT r.id, r.system_role, r.is_active, {SNAPSHOT_COLUMNS} FROM (SELECT CAST(%s AS bigint) AS id) s"  # noqa: S608
         f" LEFT JOIN accounts_user r ON {match}"
-        " LEFT JOIN accounts_ledgeraccount rl ON rl.user_id = r.id"
         f" LEFT JOIN accounts_ledgeraccount la ON la.user_id = s.id{SNAPSHOT_JOINS}",
         [sender_id, value, *snapshot_join_params()],
     )
     first = rows[0]  # the outer query always gives a row
     recipient = UserRef(first[0], first[1], bool(first[2])) if first[0] is not None else None
-    snap = snapshot_from_rows([row[8:] for row in rows] if first[8] is not None else [])
-    known = {}
-    if first[3] is not None:
-        known[first[0]] = LedgerState(first[3], first[4], first[5])
-    if snap.seq is not None:
-        known[sender_id] = LedgerState(snap.seq, first[6], first[7])
-    return recipient, snap, known
+    return recipient, snapshot_from_rows([row[3:] for row in rows] if first[3] is not None else [])
 
 
 # --- balances, account information, history ---------------------------------------------------

@@ -9,7 +9,6 @@ from importlib import import_module
 _EXPORTS = {
     "BalanceAfter": "posting",
     "Leg": "posting",
-    "LedgerState": "posting",
     "LinkedRow": "posting",
     "PostingResult": "posting",
     "after_commit_listeners": "posting",

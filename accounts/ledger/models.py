@@ -72,9 +72,9 @@ class LedgerAccount(models.Model):
 
 
 class _PostingsOnly(models.QuerySet):
-    """Balances change only through accounts.ledger.post(): it holds the accounts' ledger locks and
-    advances their seq, which the optimistic posting relies on to know the balances it read are
-    current. ORM writes are refused (migrations use historical models and are not affected)."""
+    """Balances change only through accounts.ledger.post(), under the accounts' ledger locks: that
+    is what keeps the balances a posting reads stable until it writes. ORM writes are refused
+    (migrations use historical models and are not affected)."""
 
     def _refuse(self, *args, **kwargs):
         raise TypeError("Balances change only through accounts.ledger.post().")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal, localcontext
@@ -173,7 +173,6 @@ def post(
     actor_id: int | None = None,
     guard: Callable[[], None] | None = None,
     unchanged_since: tuple[int, int] | None = None,
-    known: Mapping[int, LedgerState] | None = None,
     row: LinkedRow | None = None,
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
@@ -188,32 +187,19 @@ def post(
     the seq of each account it moves). `row`, when
     given, is the business row that belongs with the posting (a transfer), written with it (see
     LinkedRow): a caller needs no transaction of its own around post() (which would cost a
-    savepoint), and no round trip of its own.
-
-    `known`, the ledger rows (LedgerState) of every account of the posting as the caller read them
-    before, allows the optimistic write on PostgreSQL outside any transaction: one statement that
-    locks the rows (account-id order), writes only if each is still exactly as known (then nothing
-    has moved these accounts since: the balances it reads are current and the guard's check, made
-    on the state of `unchanged_since`, still holds) and commits on its own. One round trip instead
-    of three (lock, write, commit). If a row has changed, nothing is written and the posting goes
-    the locked way above; a guard without a matching `unchanged_since` always goes that way."""
+    savepoint), and no round trip of its own."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
-        return _post(legs, kind, reference, memo, actor_id, guard, row, unchanged_since, known)
+        return _post(legs, kind, reference, memo, actor_id, guard, row, unchanged_since)
 
 
 @dataclass(frozen=True)
-class LedgerState:
-    """An account's ledger row: its change-feed `seq` (advanced by every posting that moves the
-    account) and its flags. A caller that read it before the posting passes it as `known=`."""
-
+class _Locked:
     seq: int
     allow_negative: bool
     track_limits: bool
 
 
-def _post(
-    legs, kind, reference, memo, actor_id, guard=None, row=None, unchanged_since=None, known=None
-) -> PostingResult:
+def _post(legs, kind, reference, memo, actor_id, guard=None, row=None, unchanged_since=None) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
@@ -222,16 +208,6 @@ def _post(
     pairs = sorted({(account, asset_id(asset), asset) for account, asset, _ in totals})
     now = timezone.now()
     write = _write_postgresql if connection.vendor == "postgresql" else _write_portable
-
-    if known and _optimistic_allowed(account_ids, known, guard, unchanged_since):
-        expected = {account: known[account] for account in account_ids}
-        plan = _plan(totals, kind, pairs, expected)
-        result = _write_postgresql(plan, kind, reference, memo[:255], actor_id, now, row, expected)
-        if result is not None:  # committed (autocommit): the listeners run at once
-            if after_commit_listeners:
-                _notify(result)
-            return result
-        # Something moved one of these accounts since the caller read it: the locked way.
 
     for attempt in (1, 2):
         try:
@@ -262,21 +238,6 @@ def _post(
 
 class _MissingLedgerAccounts(Exception):
     pass
-
-
-def _optimistic_allowed(account_ids, known, guard, unchanged_since) -> bool:
-    """The one-statement write needs: PostgreSQL outside any transaction (the statement commits
-    alone), the known state of every account, and a guard (if any) already passed on that state."""
-    if not all(account in known for account in account_ids):
-        return False
-    if guard is not None and not (  # the guard's account must be one this statement locks and compares
-        unchanged_since is not None
-        and unchanged_since[0] in account_ids
-        and known[unchanged_since[0]].seq == unchanged_since[1]
-    ):
-        return False
-    db = connections[DEFAULT_DB_ALIAS]
-    return db.vendor == "postgresql" and not db.in_atomic_block and db.get_autocommit()
 
 
 def _open_ledger_accounts(account_ids: list[int]) -> None:
@@ -323,7 +284,7 @@ def _lock_statement(count: int) -> str:
     return found
 
 
-def _lock_accounts(account_ids: list[int]) -> dict[int, LedgerState]:
+def _lock_accounts(account_ids: list[int]) -> dict[int, _Locked]:
     if connection.vendor == "postgresql":
         rows = fetch_prepared(_lock_statement(len(account_ids)), account_ids)
     else:  # SQLite: one writer at a time; the posting's first write takes the database lock
@@ -335,7 +296,7 @@ def _lock_accounts(account_ids: list[int]) -> dict[int, LedgerState]:
                 account_ids,
             )
             rows = cursor.fetchall()
-    return {row[0]: LedgerState(row[1], bool(row[2]), bool(row[3])) for row in rows}
+    return {row[0]: _Locked(row[1], bool(row[2]), bool(row[3])) for row in rows}
 
 
 @dataclass
@@ -349,7 +310,7 @@ class _Plan:
     codes: dict[int, str]
 
 
-def _plan(totals, kind: str, pairs, accounts: dict[int, LedgerState]) -> _Plan:
+def _plan(totals, kind: str, pairs, accounts: dict[int, _Locked]) -> _Plan:
     next_seq = {account: locked.seq for account, locked in accounts.items()}
     changes, counter_rows = [], []
     for account, asset, code in pairs:
@@ -377,15 +338,12 @@ def _result(plan: _Plan, posting_id: int, kind: str, reference: str, now, after:
     return PostingResult(posting_id, kind, reference, now, tuple(balances), row_id)
 
 
-# PostgreSQL: the whole write is one prepared statement. It reads the balances and writes only if
-# no customer balance would go negative; otherwise it writes nothing and returns no posting id. The
-# balances it reads are current because only postings write balances (the Balance model refuses
-# ORM writes), every posting holds its accounts' ledger locks and advances their seq: on the locked
-# way this transaction holds the locks before the statement starts; on the optimistic way the
-# statement's snapshot is older than its locks, and the unchanged seqs under the locks show that no
-# posting wrote these balances in between.
+# PostgreSQL: the whole write is one prepared statement. It reads the balances (stable: only
+# postings write balances, the Balance model refusing ORM writes, and every posting holds its
+# accounts' ledger locks, which this transaction holds) and writes only if no customer balance would
+# go negative; otherwise it writes nothing and returns no posting id.
 _PG_WRITE = """
-{optimistic}d AS (
+WITH d AS (
     SELECT * FROM unnest(%(d_account)s::bigint[], %(d_asset)s::bigint[], %(d_free)s::numeric[],
         %(d_locked)s::numeric[], %(d_seq)s::bigint[], %(d_negative)s::boolean[])
         AS d(account_id, asset_id, delta_free, delta_locked, seq, allow_negative)
@@ -397,7 +355,7 @@ _PG_WRITE = """
 ), p AS (
     INSERT INTO accounts_posting (kind, reference, memo, actor_id, created_at)
     SELECT %(kind)s::varchar, %(reference)s::varchar, %(memo)s::varchar, %(actor)s::bigint, %(now)s::timestamptz
-    WHERE {gate}(SELECT ok FROM ok)
+    WHERE (SELECT ok FROM ok)
     RETURNING id
 ), b AS (
     INSERT INTO accounts_balance AS b (account_id, asset_id, free, locked, allow_negative, updated_at)
@@ -430,23 +388,13 @@ _PG_WRITE = """
         deposits = l.deposits + excluded.deposits, withdrawals = l.withdrawals + excluded.withdrawals,
         p2p_in = l.p2p_in + excluded.p2p_in, p2p_out = l.p2p_out + excluded.p2p_out
 )"""
-_PG_WRITE_ROW = """, r AS (
+_PG_WRITE_END = "\nSELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked, NULL FROM n\n"
+_PG_WRITE_ROW_END = """, r AS (
     INSERT INTO {table} ({columns}, {posting_column}, {time_column})
     SELECT x.*, p.id, %(now)s::timestamptz FROM p, unnest({values}) AS x RETURNING id
-)"""
-_PG_WRITE_END = "\nSELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked, {row_id}, {fresh} FROM n\n"
-# The optimistic write (post(known=...)) first locks the accounts' ledger rows, in account-id order
-# like _lock_statement (the lock is taken after the sort), and writes only if every row is exactly as
-# the caller knew it. The rows come back as they are now, even if another transaction changed them
-# while this statement waited for the lock (READ COMMITTED re-reads a locked row).
-_PG_OPTIMISTIC = """WITH k AS MATERIALIZED (
-    SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount
-    WHERE user_id IN ({accounts}) ORDER BY user_id FOR UPDATE
-), fresh AS (
-    SELECT array_agg(seq ORDER BY user_id) = %(k_seq)s::bigint[]
-        AND array_agg(allow_negative ORDER BY user_id) = %(k_negative)s::boolean[]
-        AND array_agg(track_limits ORDER BY user_id) = %(k_track)s::boolean[] AS fresh FROM k
-), """
+)
+SELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked, (SELECT id FROM r) FROM n
+"""
 
 # Parameter casts of a LinkedRow's columns (PostgreSQL), by Django field type. Text is cast to text,
 # never to varchar(n): an explicit cast to varchar(n) would silently cut a long value; the column's
@@ -469,48 +417,30 @@ _ROW_CASTS = {
 # The values arrive through unnest() of one-element arrays, not as constants in the select list: the
 # planner folds a constant's conversion to the column's type at planning time, so an amount too
 # large for NUMERIC(36, 18) would raise even when the posting is refused and nothing is inserted.
-_write_statements: dict[tuple, str] = {}
+_row_statements: dict[tuple, str] = {}
 
 
-def _write_statement(row: LinkedRow | None, optimistic_accounts: int) -> str:
-    """The write statement: with the LinkedRow's insert if `row`, and optimistic (see _PG_OPTIMISTIC)
-    for that many accounts if `optimistic_accounts`. Built once per shape."""
-    key = (row.model, tuple(row.values), row.posting_column, row.time_column) if row else None, optimistic_accounts
-    found = _write_statements.get(key)
+def _row_statement(row: LinkedRow) -> str:
+    key = (row.model, tuple(row.values), row.posting_column, row.time_column)
+    found = _row_statements.get(key)
     if found is None:
-        optimistic = ""
-        if optimistic_accounts:
-            accounts = ", ".join(f"%(k{i})s::bigint" for i in range(optimistic_accounts))
-            optimistic = _PG_OPTIMISTIC.format(accounts=accounts)
-        found = _PG_WRITE.format(
-            optimistic=optimistic or "WITH ", gate="(SELECT fresh FROM fresh) AND " if optimistic else ""
+        quote = connection.ops.quote_name
+        casts = []
+        for i, name in enumerate(row.values):
+            field = row.model._meta.get_field(name)
+            cast = _ROW_CASTS.get(field.get_internal_type())
+            if cast is None:
+                raise TypeError(f"{row.model.__name__}.{name} cannot be written with a posting")
+            casts.append(f"ARRAY[%(r{i})s::{cast}]")
+        found = _PG_WRITE + _PG_WRITE_ROW_END.format(
+            table=quote(row.model._meta.db_table),
+            columns=", ".join(quote(row.model._meta.get_field(name).column) for name in row.values),
+            posting_column=quote(row.model._meta.get_field(row.posting_column).column),
+            time_column=quote(row.model._meta.get_field(row.time_column).column),
+            values=", ".join(casts),
         )
-        if row is not None:
-            found += _row_clause(row)
-        found += _PG_WRITE_END.format(
-            row_id="(SELECT id FROM r)" if row is not None else "NULL",
-            fresh="(SELECT fresh FROM fresh)" if optimistic else "TRUE",
-        )
-        _write_statements[key] = found
+        _row_statements[key] = found
     return found
-
-
-def _row_clause(row: LinkedRow) -> str:
-    quote = connection.ops.quote_name
-    casts = []
-    for i, name in enumerate(row.values):
-        field = row.model._meta.get_field(name)
-        cast = _ROW_CASTS.get(field.get_internal_type())
-        if cast is None:
-            raise TypeError(f"{row.model.__name__}.{name} cannot be written with a posting")
-        casts.append(f"ARRAY[%(r{i})s::{cast}]")
-    return _PG_WRITE_ROW.format(
-        table=quote(row.model._meta.db_table),
-        columns=", ".join(quote(row.model._meta.get_field(name).column) for name in row.values),
-        posting_column=quote(row.model._meta.get_field(row.posting_column).column),
-        time_column=quote(row.model._meta.get_field(row.time_column).column),
-        values=", ".join(casts),
-    )
 
 
 def _arrays(names: tuple[str | None, ...], rows: list[tuple]) -> dict[str, str]:
@@ -536,9 +466,7 @@ def _array_literal(values) -> str:
     return "{" + ",".join(items) + "}"
 
 
-def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now, row=None, expected=None):
-    """The posting's write; with `expected` (account -> LedgerState, in account order) the optimistic
-    write, which returns None, having written nothing, when a ledger row is not as expected."""
+def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now, row=None) -> PostingResult:
     periods = counters.period_keys(now)
     params = {
         **_arrays(("d_account", "d_asset", None, "d_free", "d_locked", "d_seq", "d_negative"), plan.changes),
@@ -551,18 +479,13 @@ def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now, row=Non
         "actor": actor_id,
         "now": now,
     }
-    if row is not None:
+    if row is None:
+        sql = _PG_WRITE + _PG_WRITE_END
+    else:
+        sql = _row_statement(row)
         params.update({f"r{i}": value for i, value in enumerate(row.values.values())})
-    if expected:
-        states = list(expected.values())
-        params.update({f"k{i}": account for i, account in enumerate(expected)})
-        params["k_seq"] = _array_literal(state.seq for state in states)
-        params["k_negative"] = _array_literal(state.allow_negative for state in states)
-        params["k_track"] = _array_literal(state.track_limits for state in states)
-    rows = fetch_prepared(_write_statement(row, len(expected) if expected else 0), params)
+    rows = fetch_prepared(sql, params)
     posting_id = rows[0][0]
-    if rows[0][6] is not True:
-        return None
     if posting_id is None:
         raise InsufficientBalance()
     after = {(r[1], r[2]): (r[3], r[4]) for r in rows}

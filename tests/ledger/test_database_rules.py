@@ -361,3 +361,23 @@ def test_journal_tables_keep_one_index_leading_with_the_account_and_no_redundant
         columns = [cols for name, _, cols in indexes if name == table]
         assert ["account_id"] not in columns, table
         assert any(cols[0] == "account_id" and len(cols) > 1 for cols in columns), table
+
+
+def test_balances_refuse_orm_writes_that_bypass_the_ledger(funded):
+    """Only postings write balances (under their accounts' ledger locks, which is what keeps the
+    balances a posting reads stable): the model refuses every ORM write."""
+    alice, _, btc = funded
+    row = Balance.objects.get(account_id=alice)
+    for write in (
+        lambda: Balance.objects.filter(account_id=alice).update(free=Decimal(99)),
+        lambda: Balance.objects.filter(account_id=alice).delete(),
+        lambda: Balance.objects.create(account_id=alice, asset=btc, free=1, updated_at=row.updated_at),
+        lambda: Balance.objects.get_or_create(account_id=alice, asset=btc),
+        lambda: Balance.objects.bulk_create([Balance(account_id=alice, asset=btc, updated_at=row.updated_at)]),
+        lambda: row.save(),
+        lambda: row.delete(),
+    ):
+        with pytest.raises(TypeError, match=r"only through accounts\.ledger\.post"):
+            write()
+    row = Balance.objects.get(account_id=alice)
+    assert (row.free, row.locked) == (Decimal(5), Decimal(1))

@@ -48,10 +48,9 @@ def transfer_create(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.unknown("account")
-    # One statement: the recipient, the sender's limit counters with its ledger seq (the limit check
-    # runs on them now, and again under the lock only if it refused or the seq has moved), and both
-    # ledger rows (the posting is then one optimistic statement while nothing has moved them).
-    recipient, snap, known = transfer_parties(sender_id=sender.pk, address=target_address)
+    # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
+    # check runs on them now, and again under the lock only if it refused or the seq has moved).
+    recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
     if recipient is None or recipient.system_role is not None or not recipient.is_active:
         raise UserNotFound(msg="No account has this target_address.")
     if recipient.id == sender.pk:
@@ -100,7 +99,6 @@ def transfer_create(
         result = ledger.post(
             guard=guard,
             unchanged_since=(sender.pk, snap.seq) if checked and snap.seq is not None else None,
-            known=known,
             row=ledger.LinkedRow(Transfer, values),
             legs=legs,
             kind=BusinessType.P2P_TRANSFER,
