@@ -71,13 +71,16 @@ class LedgerAccount(models.Model):
         return f"ledger of {self.user_id}"
 
 
+_POSTINGS_ONLY = "Balances change only through accounts.ledger.post()."
+
+
 class _PostingsOnly(models.QuerySet):
     """Balances change only through accounts.ledger.post(), under the accounts' ledger locks: that
     is what keeps the balances a posting reads stable until it writes. ORM writes are refused
     (migrations use historical models and are not affected)."""
 
     def _refuse(self, *args, **kwargs):
-        raise TypeError("Balances change only through accounts.ledger.post().")
+        raise TypeError(_POSTINGS_ONLY)
 
     update = delete = bulk_create = bulk_update = update_or_create = get_or_create = create = _refuse
 
@@ -105,10 +108,10 @@ class Balance(models.Model):
         return f"{self.account_id} {self.asset_id}: {self.free} free, {self.locked} locked"
 
     def save(self, *args, **kwargs):
-        raise TypeError("Balances change only through accounts.ledger.post().")
+        raise TypeError(_POSTINGS_ONLY)
 
     def delete(self, *args, **kwargs):
-        raise TypeError("Balances change only through accounts.ledger.post().")
+        raise TypeError(_POSTINGS_ONLY)
 
 
 class Posting(models.Model):
