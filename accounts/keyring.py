@@ -18,7 +18,6 @@ by the others; if the pub/sub connection is down, within API_KEY_CACHE_SECONDS a
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import json
 import logging
@@ -82,19 +81,19 @@ class Keyring:
         return None
 
 
-def _signer_of(key: KeyRecord) -> hmac.HMAC | None:
+def _signer_of(key: str, secret_ciphertext: str) -> hmac.HMAC | None:
     """The key's keyed HMAC, or None when its secret cannot be decrypted (e.g. its encryption key
     was dropped from API_SECRET_ENCRYPTION_KEYS): that key's requests are then refused as badly
     signed (-1022), and the account's other keys keep working."""
     try:
-        return signer(decrypt_secret(key.secret_ciphertext))
+        return signer(decrypt_secret(secret_ciphertext))
     except InvalidToken:
-        logger.error("API key %s…: its secret cannot be decrypted with the configured keys", key.key[:8])
+        logger.error("API key %s…: its secret cannot be decrypted with the configured keys", key[:8])
         return None
 
 
 def _key_record(key: str, name: str, secret_ciphertext: str, types, status, ip_restrict, ip_list, created_at):
-    record = KeyRecord(
+    return KeyRecord(
         key=key,
         name=name,
         secret_ciphertext=secret_ciphertext,
@@ -103,8 +102,8 @@ def _key_record(key: str, name: str, secret_ciphertext: str, types, status, ip_r
         ip_restrict=ip_restrict,
         ip_list=tuple(ip_list),
         created_at_ms=int(created_at.timestamp() * 1000),
+        signer=_signer_of(key, secret_ciphertext),
     )
-    return dataclasses.replace(record, signer=_signer_of(record))
 
 
 # PostgreSQL: the account and its keys in one prepared statement (two ORM queries cost ~10 times

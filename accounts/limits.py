@@ -93,20 +93,18 @@ def snapshot_join_params(now: datetime | None = None) -> list:
     return [v for key in counters.period_keys(now or timezone.now()) for v in key]
 
 
-def snapshot_statement(user_id: int, now: datetime | None = None) -> tuple[str, list]:
-    """The statement (and its parameters) that reads a LimitSnapshot; see snapshot_from_rows."""
-    return (
-        f"SELECT {SNAPSHOT_COLUMNS} FROM accounts_ledgeraccount la{SNAPSHOT_JOINS} WHERE la.user_id = %s",
-        [*snapshot_join_params(now), user_id],
-    )
-
-
 def snapshot_from_rows(rows: list[tuple]) -> LimitSnapshot:
     return LimitSnapshot(rows[0][0] if rows else None, tuple(tuple(row[1:]) for row in rows if row[1] is not None))
 
 
 def snapshot(user: User, now: datetime | None = None) -> LimitSnapshot:
-    return snapshot_from_rows(fetch_prepared(*snapshot_statement(user.pk, now)))
+    """The account's LimitSnapshot, read now (the transfer path reads it with its recipient look-up)."""
+    return snapshot_from_rows(
+        fetch_prepared(
+            f"SELECT {SNAPSHOT_COLUMNS} FROM accounts_ledgeraccount la{SNAPSHOT_JOINS} WHERE la.user_id = %s",
+            [*snapshot_join_params(now), user.pk],
+        )
+    )
 
 
 def usage(

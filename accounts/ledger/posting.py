@@ -184,10 +184,9 @@ def post(
     `unchanged_since=(account, seq)` the guard is skipped when that account's ledger `seq` is still
     `seq` under the lock: the caller ran the same check, before the transaction, on a state read
     together with that seq, and no posting has touched the account since (every posting advances
-    the seq of each account it moves). `row`, when
-    given, is the business row that belongs with the posting (a transfer), written with it (see
-    LinkedRow): a caller needs no transaction of its own around post() (which would cost a
-    savepoint), and no round trip of its own."""
+    the seq of each account it moves). `row`, when given, is the business row that belongs with
+    the posting (a transfer), written with it (see LinkedRow): a caller needs no transaction of its
+    own around post() (which would cost a savepoint), and no round trip of its own."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
         return _post(legs, kind, reference, memo, actor_id, guard, row, unchanged_since)
 
@@ -389,6 +388,7 @@ WITH d AS (
         p2p_in = l.p2p_in + excluded.p2p_in, p2p_out = l.p2p_out + excluded.p2p_out
 )"""
 _PG_WRITE_END = "\nSELECT (SELECT id FROM p), n.account_id, n.asset_id, n.free, n.locked, NULL FROM n\n"
+_PG_WRITE_PLAIN = _PG_WRITE + _PG_WRITE_END  # the write without a LinkedRow
 _PG_WRITE_ROW_END = """, r AS (
     INSERT INTO {table} ({columns}, {posting_column}, {time_column})
     SELECT x.*, p.id, %(now)s::timestamptz FROM p, unnest({values}) AS x RETURNING id
@@ -480,7 +480,7 @@ def _write_postgresql(plan: _Plan, kind, reference, memo, actor_id, now, row=Non
         "now": now,
     }
     if row is None:
-        sql = _PG_WRITE + _PG_WRITE_END
+        sql = _PG_WRITE_PLAIN
     else:
         sql = _row_statement(row)
         params.update({f"r{i}": value for i, value in enumerate(row.values.values())})
