@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import itertools
+import json
 import time
+from io import StringIO
 from urllib.parse import urlencode
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from accounts import services as account_services
@@ -24,8 +27,9 @@ _counter = itertools.count(1)
 
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits():
-    """Each test starts with empty counters and no bans in the (real, Redis) limit storage."""
-    ratelimit.storage().reset()
+    """Each test starts with empty counters and no bans in the (real, Redis) limit storage (which
+    has then seen no signature: its replay memory is complete, see ratelimit.Counters.reset)."""
+    ratelimit.counters().reset()
     keyrings.clear()
     forget_asset_ids()  # the database is rolled back between tests; ids are not reused
     forget_cached_ids()
@@ -70,6 +74,14 @@ def make_user(db):
         return user
 
     return make
+
+
+@pytest.fixture
+def demo(db):
+    """The demo world: assets, networks, funded accounts, the master's whitelist."""
+    out = StringIO()
+    call_command("demo", "--json", stdout=out)
+    return json.loads(out.getvalue())
 
 
 @pytest.fixture

@@ -39,3 +39,13 @@ def manage(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Co
     if check:
         assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
     return done
+
+
+def flush_redis(url: str) -> None:
+    """Empty the stack's Redis database. Emptied, it has seen no signature: its replay memory is
+    declared complete (exchange/api/ratelimit.py), so the first signed writes are not refused."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.set("LIMITS:exchange/replay-memory-epoch", 0)

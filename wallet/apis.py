@@ -7,7 +7,7 @@ from rest_framework.response import Response
 from accounts.models import ApiKeyType
 from exchange.api.auth import Security
 from exchange.api.errors import InvalidParameter
-from exchange.api.params import Param, ParamSpec
+from exchange.api.params import MAX_SKIPPED_ROWS, Param, ParamSpec, ascii_int_list
 from exchange.api.timewindow import window
 from exchange.api.views import GatewayApi
 from wallet import selectors, services
@@ -19,7 +19,7 @@ NETWORK = Param("network", max_length=16, description="Network from the coin lis
 PAGING = (
     Param("startTime", "LONG", min=0, description="ms; default 90 days before endTime."),
     Param("endTime", "LONG", min=0, description="ms; default now."),
-    Param("offset", "INT", default=0, min=0),
+    Param("offset", "INT", default=0, min=0, max=MAX_SKIPPED_ROWS),
     Param("limit", "LONG", default=1000, min=1, max=1000),
 )
 
@@ -122,11 +122,8 @@ class WithdrawApplyApi(WalletApi):
 def parse_statuses(text: str | None, allowed: range) -> list[int] | None:
     if text is None:
         return None
-    try:
-        values = [int(part) for part in text.split(",") if part.strip() != ""]
-    except ValueError as exc:
-        raise InvalidParameter("statuses") from exc
-    if not values or any(v not in allowed for v in values):
+    values = ascii_int_list("statuses", text)
+    if any(v not in allowed for v in values):
         raise InvalidParameter("statuses")
     return values
 

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from accounts import ledger
+from accounts import ledger, policy
 from accounts.ledger.models import BusinessType
 from accounts.limits import outflow_refusal, tier_for, value_in
 from accounts.models import LedgerAccount, SystemRole, User
@@ -212,10 +212,11 @@ def withdrawal_apply(
     *, account: User, coin: str, network: str, address: str, tag: str, amount: Decimal, withdraw_order_id: str | None
 ) -> Withdrawal:
     net = network_get(coin=coin, network=network)
-    if not account.can_withdraw:
-        raise errors.not_allowed("This account may not withdraw.")
+    policy.require_may_send(account)
     if not net.withdraw_enable:
         raise errors.suspended(f"Withdrawing {coin} on {network}")
+    tier = tier_for(account)
+    policy.require_priced(net.coin, valuation_currency=tier.currency if tier else None)
     if not WhitelistAddress.objects.filter(account=account, network=net, address=address, tag=tag or "").exists():
         raise errors.invalid("address", "coin, network, address and addressTag are not in the withdrawal whitelist")
     _check_amount(net, amount)

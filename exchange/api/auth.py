@@ -99,24 +99,64 @@ def _whole_pair(segment: str) -> bool:
     return bool(sep) and bool(key)
 
 
-def boundary_is_unambiguous(query: str, body: str) -> bool:
-    """totalParams joins query and body with nothing between them, so a captured body
-    `amount=10&...` could be resent as query `amount=1` plus body `0&...`: the same signed text,
-    another amount. When both parts are present, each must meet the other at a whole `key=value`
-    pair (or an `&`), which every honest client does."""
+# Accepted by every signed endpoint besides its own parameters.
+SIGNING_PARAMS = frozenset({"timestamp", "recvWindow", "signature"})
+
+
+def _hides_a_pair(segment: str) -> bool:
+    """Whether a `key=value` segment could be the text of two pairs joined with no `&`: its value
+    holds a raw `=` (`message=hiamount=5`). A captured query `...&message=hi` with body `amount=5`
+    resent as one part reads that way, and the amount is gone. Honest clients percent-encode `=`
+    inside values (`%3D`)."""
+    return "=" in segment.partition("=")[2]
+
+
+def boundary_is_unambiguous(query: str, body: str, names: frozenset[str] | None = None) -> bool:
+    """totalParams joins query and body with nothing between them, so the same signed text can be
+    cut in other places: a captured query `...&target_address=peer%40x.com` plus body `message=hi`
+    resent as query `...peer%40x.co` plus body `mmessage=hi` sends to another address, and both
+    parts resent as one loses a parameter. Only texts that can be read one way are accepted:
+    - each part meets the other at a whole `key=value` pair (or an `&`), which every honest client does;
+    - with `names` (the endpoint's parameters): where they meet without an `&`, the body's first
+      key is one of them, and no other cut of the joined text would give a body starting with one;
+    - with `names`: no value holds a raw `=` (two pairs joined, see _hides_a_pair), wherever the
+      boundary was when the client signed.
+    What cannot be told apart is a request the server would refuse as sent: a client whose body
+    begins with a key the endpoint does not declare (`xamount=5`) is refused, but a cut of its text
+    could read `amount=5`. Such a request never reaches an endpoint of ours as intended: clients
+    begin the body with an endpoint parameter, or send everything in one part (docs/security.md)."""
+    if names is not None and any(
+        _hides_a_pair(segment)
+        for part in (query, body)
+        if part and not part.startswith("{")  # a JSON body is structured: nothing to re-cut
+        for segment in part.split("&")
+    ):
+        return False
     if not query or not body:
         return True
     last = query.rsplit("&", 1)[-1]
     first = body.split("&", 1)[0]
-    return (last == "" or _whole_pair(last)) and (first == "" or _whole_pair(first))
+    if not ((last == "" or _whole_pair(last)) and (first == "" or _whole_pair(first))):
+        return False
+    if names is None or last == "" or first == "":
+        return True
+    # The joined pair is `k1=` + middle + `=v2`, middle = v1 + k2. Every cut of `middle` gives a body
+    # key; exactly one of them (the one received) may be a parameter of the endpoint.
+    middle = last.partition("=")[2] + first.partition("=")[0]
+    cuts = sum(1 for at in range(len(middle)) if unquote_plus(middle[at:]) in names)
+    return unquote_plus(first.partition("=")[0]) in names and cuts == 1
 
 
-def signature_candidates(query: str, body: str, query_pairs, body_pairs, header_timestamp: str = "") -> list[str]:
-    """totalParams as sent, then the decoded forms the official clients sign. A timestamp sent only
-    in the X-SERVICE-TIMESTAMP header must be signed too, as if it ended the query string;
-    otherwise a captured request could be replayed forever with a fresh header."""
+def signature_candidates(
+    query: str, body: str, query_pairs, body_pairs, header_timestamp: str = "", names: frozenset[str] | None = None
+) -> list[str]:
+    """totalParams as sent, then the decoded forms the official clients sign; none when the text
+    could be read as other parameters (boundary_is_unambiguous, with the endpoint's parameter
+    `names`). A timestamp sent only in the X-SERVICE-TIMESTAMP header must be signed too, as if it
+    ended the query string; otherwise a captured request could be replayed forever with a fresh
+    header."""
     query, body = strip_signature(query), strip_signature(body)
-    if not boundary_is_unambiguous(query, body):
+    if not boundary_is_unambiguous(query, body, names):
         return []
     if header_timestamp:
         suffix = f"timestamp={header_timestamp}"
@@ -205,15 +245,19 @@ class EndpointAuth:
     writes: bool  # a read-only key is refused (-1020)
     ip_whitelist_required: bool  # the key must be IP-restricted (-1023)
     recv_window_required: bool = False  # a few endpoints make recvWindow mandatory (-1105)
+    # The endpoint's parameter names with SIGNING_PARAMS: how a signed text may be read (M2 of
+    # docs/security.md). None: no rule on names (only whole pairs at the boundary).
+    param_names: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
 class Caller:
     api_key: Any  # accounts.keyring.KeyRecord
     account: Any  # accounts.models.User
-    # A signed write is accepted once: (api key, lower-case signature, seconds to remember it). The
-    # replay check is made with the rate-limit charge (ratelimit.charge), after every check here.
-    signature: tuple[str, str, int] | None = None
+    # A signed write is accepted once: (api key, lower-case signature, seconds to remember it, its
+    # timestamp). The replay check is made with the rate-limit charge (ratelimit.charge), after
+    # every check here.
+    signature: tuple[str, str, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -255,15 +299,19 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
         else:
             recv_window = RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
-        candidates = signature_candidates(raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp)
+        candidates = signature_candidates(
+            raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp, endpoint.param_names
+        )
         verify_signature(api_key.signer, provided, candidates)
         check_timing(timestamp, recv_window)
         if endpoint.writes:
-            signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window))
+            signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window), timestamp)
 
     account = keyring.account()
     if not api_key.is_enabled or not account.is_active:
         raise ApiKeyNotEnabled()
+    if account.is_frozen:  # every key of a frozen account, for every endpoint (accounts/policy.py)
+        raise ApiKeyNotEnabled(msg="This account is frozen: its API keys are disabled. Please contact support.")
     if endpoint.writes and api_key.is_read_only:
         raise UnsupportedOperation()
     if endpoint.key_type and endpoint.key_type not in api_key.types:

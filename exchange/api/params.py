@@ -27,6 +27,14 @@ from exchange.api.errors import (
 
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
 _DECIMAL_RE = re.compile(r"[0-9]{1,30}(\.[0-9]{1,30})?")
+# Control characters (C0 but tab, line feed and carriage return; DEL; C1) have no place in any
+# parameter; PostgreSQL refuses a NUL in text outright.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# The spec's INT is 32 bits, LONG 64: a value outside is invalid (-1025) rather than a database error.
+KIND_RANGES = {"INT": (-(2**31), 2**31 - 1), "LONG": (-(2**63), 2**63 - 1)}
+# Paging skips at most this many rows (offset, or (page - 1) x page size): deeper pages are refused
+# (-1025) rather than making the database walk past millions of rows.
+MAX_SKIPPED_ROWS = 10_000_000
 
 FORM_CONTENT_TYPES = ("", "application/x-www-form-urlencoded", "text/plain")
 MAX_FIELDS = 500
@@ -77,7 +85,7 @@ def body_pairs_from(content_type: str, body: bytes) -> tuple[str, list[tuple[str
         try:
             # Numbers stay text: an amount must never pass through float.
             data = json.loads(text, parse_float=str, parse_int=str)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser's stack
             raise BadRequest(msg="Malformed JSON body.") from exc
         if not isinstance(data, dict) or any(isinstance(v, dict | list) for v in data.values()):
             raise BadRequest(msg="A JSON body must be an object of scalar values.")
@@ -130,13 +138,35 @@ class Param:
 def _parse_string(param: Param, raw: str) -> str:
     if param.max_length is not None and len(raw) > param.max_length:
         raise InvalidParameter(param.name)
+    if _CONTROL_RE.search(raw):
+        raise InvalidParameter(msg=f"Parameter '{param.name}' is not valid: control characters are not allowed.")
     return raw
 
 
 def _parse_int(param: Param, raw: str) -> int:
     if not _INT_RE.fullmatch(raw):
         raise InvalidParameter(param.name)
-    return int(raw)
+    value = int(raw)
+    low, high = KIND_RANGES[param.kind]
+    if not low <= value <= high:
+        raise InvalidParameter(param.name)
+    return value
+
+
+def ascii_int_list(name: str, text: str) -> list[int]:
+    """A comma-separated list of integers in ASCII digits (`int()` alone also takes full-width digits and `1_0`)."""
+    parts = [part.strip() for part in text.split(",") if part.strip() != ""]
+    if not parts or any(not _INT_RE.fullmatch(part) for part in parts):
+        raise InvalidParameter(name)
+    return [int(part) for part in parts]
+
+
+def check_skip(name: str, skipped_rows: int) -> None:
+    """Refuse paging deeper than MAX_SKIPPED_ROWS (-1025 on the paging parameter `name`)."""
+    if skipped_rows > MAX_SKIPPED_ROWS:
+        raise InvalidParameter(
+            msg=f"Parameter '{name}' is not valid: at most {MAX_SKIPPED_ROWS} rows can be skipped; narrow the query."
+        )
 
 
 def _parse_decimal(param: Param, raw: str) -> Decimal:

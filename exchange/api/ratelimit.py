@@ -12,6 +12,15 @@ One request costs one storage round trip: the ban check, both counters and, for 
 the replay check of its signature are taken together (a Lua script on Redis; the same steps under
 one lock in memory), because the gateway charges a request once it knows who is calling and the
 signature has passed every other check.
+
+Replay refusal never fails open (docs/security.md):
+- storage unreachable: counting fails open (logged), but a signed write is refused with -1001;
+- storage emptied (a Redis restart without persistence, a flush, a new embedded process): the
+  storage keeps a "memory epoch" key, the time it started remembering signatures, written by the
+  first request that finds it missing. A signed write whose timestamp is not clearly after that
+  time (MEMORY_MARGIN_MS, covering the future tolerance and clocks of other processes) could have
+  been accepted before the storage forgot it, so it is refused with -1021 (sign again with a fresh
+  timestamp). This lasts a couple of seconds after a restart for honest clients.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
 from redis.exceptions import RedisError
 
-from exchange.api.errors import IpBanned, SignatureReplayed, TooManyRequests
+from exchange.api.errors import Disconnected, IpBanned, SignatureReplayed, TimestampOutOfWindow, TooManyRequests
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +45,26 @@ USED_WEIGHT_HEADER = "X-SERVICE-USED-WEIGHT-1M"
 USED_UID_WEIGHT_HEADER = "X-SERVICE-USED-UID-WEIGHT-1M"
 STORAGE_ERRORS = (RedisError, OSError)
 
-# KEYS: ban, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight, uid weight,
-# ip limit, uid limit, signature ms.
-# Returns {ban ms left, ip count, ip ms left, uid count, uid ms left, replayed}. A banned caller is
-# not counted. A signature already seen is a replay: charged to the IP only (like every refusal
-# made before the caller is known). Otherwise the signature is remembered unless the request is
-# over a limit (a refused request must not spend its signature).
+# Signatures are not checked against a storage that may have forgotten them: a signed write is
+# refused unless its timestamp is at least this long after the storage's memory epoch.
+MEMORY_MARGIN_MS = 2000
+MEMORY_EPOCH_KEY = "exchange/replay-memory-epoch"
+
+# KEYS: ban, memory epoch, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight,
+# uid weight, ip limit, uid limit, signature ms, now ms, signed timestamp ms.
+# Returns {ban ms left, ip count, ip ms left, uid count, uid ms left, replayed}, replayed being 1
+# for a replay and 2 for a signature older than the memory epoch. A banned caller is not counted.
+# A signature already seen (or possibly seen before the storage's memory began) is refused: charged
+# to the IP only (like every refusal made before the caller is known). Otherwise the signature is
+# remembered unless the request is over a limit (a refused request must not spend its signature).
 _TAKE_LUA = """
 local ban = redis.call('PTTL', KEYS[1])
 if ban > 0 then return {ban, 0, 0, -1, 0, 0} end
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  redis.call('SET', KEYS[2], ARGV[7])
+  epoch = ARGV[7]
+end
 local function take(key, weight)
   local count = redis.call('INCRBY', key, weight)
   local ttl = redis.call('PTTL', key)
@@ -54,18 +74,23 @@ local function take(key, weight)
   end
   return count, ttl
 end
-if #KEYS > 3 and redis.call('EXISTS', KEYS[4]) == 1 then
-  local ip, ip_ttl = take(KEYS[2], ARGV[2])
-  return {0, ip, ip_ttl, -1, 0, 1}
+if #KEYS > 4 then
+  local refused = 0
+  if tonumber(ARGV[8]) < tonumber(epoch) + MARGIN_MS then refused = 2
+  elseif redis.call('EXISTS', KEYS[5]) == 1 then refused = 1 end
+  if refused > 0 then
+    local ip, ip_ttl = take(KEYS[3], ARGV[2])
+    return {0, ip, ip_ttl, -1, 0, refused}
+  end
 end
-local ip, ip_ttl = take(KEYS[2], ARGV[2])
+local ip, ip_ttl = take(KEYS[3], ARGV[2])
 local uid, uid_ttl = -1, 0
-if #KEYS > 2 then uid, uid_ttl = take(KEYS[3], ARGV[3]) end
-if #KEYS > 3 and ip <= tonumber(ARGV[4]) and uid <= tonumber(ARGV[5]) then
-  redis.call('SET', KEYS[4], 1, 'PX', ARGV[6], 'NX')
+if #KEYS > 3 then uid, uid_ttl = take(KEYS[4], ARGV[3]) end
+if #KEYS > 4 and ip <= tonumber(ARGV[4]) and uid <= tonumber(ARGV[5]) then
+  redis.call('SET', KEYS[5], 1, 'PX', ARGV[6], 'NX')
 end
 return {0, ip, ip_ttl, uid, uid_ttl, 0}
-"""
+""".replace("MARGIN_MS", str(MEMORY_MARGIN_MS))
 
 
 @dataclass(frozen=True)
@@ -75,7 +100,7 @@ class Taken:
     ip_ms: int
     uid: int | None
     uid_ms: int
-    replayed: bool = False
+    replayed: int = 0  # 1: the signature was seen before; 2: it may have been, before the memory epoch
 
 
 class Counters:
@@ -85,6 +110,7 @@ class Counters:
         self.storage = storage
         self._lock = threading.Lock()
         self._redis = isinstance(storage, RedisStorage)
+        self._memory_epoch: int | None = None  # in memory: when this process's storage began
         if self._redis:
             self._take_script = storage.get_connection().register_script(_TAKE_LUA)
 
@@ -104,40 +130,49 @@ class Counters:
         uid_limit: int = 0,
         signature_key: str | None = None,
         signature_seconds: int = 0,
+        signed_at_ms: int = 0,
     ) -> Taken:
         """Check the ban, add the weights and, with `signature_key` (only together with a
-        `uid_key`), refuse a signature seen before or remember it for `signature_seconds` when
-        neither count is over its limit. One round trip."""
+        `uid_key`), refuse a signature seen before, or signed (`signed_at_ms`) before the storage's
+        memory epoch, or remember it for `signature_seconds` when neither count is over its limit.
+        One round trip."""
         if signature_key is not None and uid_key is None:
             raise ValueError("a signature is checked only for an identified caller")
+        now_ms = time.time_ns() // 1_000_000
         if not self._redis:
             return self._take_memory(
                 ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
-                signature_seconds,
+                signature_seconds, signed_at_ms, now_ms,
             )
-        keys = [self._key(ban_key), self._key(ip_key)]
+        keys = [self._key(ban_key), self._key(MEMORY_EPOCH_KEY), self._key(ip_key)]
         if uid_key:
             keys.append(self._key(uid_key))
         if signature_key:
             keys.append(self._key(signature_key))
         ban, ip, ip_ms, uid, uid_ms, replayed = self._take_script(
-            keys=keys, args=[window, ip_weight, uid_weight, ip_limit, uid_limit, signature_seconds * 1000]
+            keys=keys,
+            args=[window, ip_weight, uid_weight, ip_limit, uid_limit, signature_seconds * 1000, now_ms, signed_at_ms],
         )
-        return Taken(ban, ip, ip_ms, uid if uid_key and uid >= 0 else None, uid_ms, bool(replayed))
+        return Taken(ban, ip, ip_ms, uid if uid_key and uid >= 0 else None, uid_ms, int(replayed))
 
     def _take_memory(
         self, ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
-        signature_seconds,
+        signature_seconds, signed_at_ms, now_ms,
     ) -> Taken:
         store: MemoryStorage = self.storage
         with self._lock:
             now = time.time()
             if store.get(ban_key):
                 return Taken(max(1, int((store.get_expiry(ban_key) - now) * 1000)), 0, 0, None, 0)
+            epoch = self._memory_epoch
+            if epoch is None:
+                epoch = self._memory_epoch = now_ms
             ip = store.incr(ip_key, window, amount=ip_weight)
             ip_ms = int((store.get_expiry(ip_key) - now) * 1000)
+            if signature_key and signed_at_ms < epoch + MEMORY_MARGIN_MS:
+                return Taken(0, ip, ip_ms, None, 0, replayed=2)
             if signature_key and store.get(signature_key):
-                return Taken(0, ip, ip_ms, None, 0, replayed=True)
+                return Taken(0, ip, ip_ms, None, 0, replayed=1)
             uid = uid_ms = None
             if uid_key:
                 uid = store.incr(uid_key, window, amount=uid_weight)
@@ -157,7 +192,30 @@ class Counters:
         self.storage.clear(key)
 
     def reset(self) -> None:
+        """Empty the storage (tests and tools that start a new world): it has seen no signature,
+        so its replay memory is complete from the beginning of time."""
         self.storage.reset()
+        self.set_memory_epoch(0)
+
+    def set_memory_epoch(self, epoch_ms: int) -> None:
+        """Declare that the storage has remembered every signature since `epoch_ms`."""
+        if self._redis:
+            self.storage.get_connection().set(self._key(MEMORY_EPOCH_KEY), epoch_ms)
+        else:
+            with self._lock:
+                self._memory_epoch = epoch_ms
+
+    def start_memory_epoch(self) -> None:
+        """At a server's start: begin the replay memory now unless it began already, so that the
+        couple of seconds in which signed writes are refused after a Redis restart (or in a new
+        embedded process) fall before the first client request rather than on it."""
+        now_ms = time.time_ns() // 1_000_000
+        if self._redis:
+            self.storage.get_connection().set(self._key(MEMORY_EPOCH_KEY), now_ms, nx=True)
+        else:
+            with self._lock:
+                if self._memory_epoch is None:
+                    self._memory_epoch = now_ms
 
 
 @lru_cache(maxsize=4)
@@ -171,6 +229,14 @@ def counters() -> Counters:
 
 def storage() -> Storage:
     return counters().storage
+
+
+def start_memory_epoch() -> None:
+    """Called once by each server process at start (exchange/wsgi.py, exchange/asgi.py)."""
+    try:
+        counters().start_memory_epoch()
+    except STORAGE_ERRORS:
+        logger.warning("Rate-limit storage unavailable at start; the replay memory begins with its first request")
 
 
 def ban_key(ip: str) -> str:
@@ -215,12 +281,14 @@ def charge(
     ip_weight: int,
     uid: int | None = None,
     uid_weight: int = 0,
-    signature: tuple[str, str, int] | None = None,
+    signature: tuple[str, str, int, int] | None = None,
 ) -> None:
     """Refuse a banned IP (418); add the weights to the IP and UID counters; refuse over a limit
     (429, and 418 with a new ban for a client that continues after its 429); then, for a signed
-    write (`signature` = (api key, lower-case signature, seconds it stays valid)), refuse a
-    signature used before (-1022) or remember it. One storage round trip.
+    write (`signature` = (api key, lower-case signature, seconds it stays valid, its timestamp)),
+    refuse a signature used before (-1022) or signed before the storage's memory epoch (-1021), or
+    remember it. One storage round trip; a signed write is refused (-1001) when the storage cannot
+    be reached.
 
     Call it with a signature only once the request has passed every other check of the gateway:
     a request refused for its signature, timing, key or IP must not spend its signature."""
@@ -238,14 +306,18 @@ def charge(
             uid_limit=uid_item.amount if uid_item else 0,
             signature_key=signature_key(signature[0], signature[1]) if signature else None,
             signature_seconds=signature[2] if signature else 0,
+            signed_at_ms=signature[3] if signature else 0,
         )
-    except STORAGE_ERRORS:
-        # Limits protect capacity, not money: an outage of their storage must not stop the API.
-        # Nor does the replay check stop it (as documented in docs/api.md).
+    except STORAGE_ERRORS as exc:
+        # Limits protect capacity, not money: an outage of their storage must not stop reads. A
+        # signed write moves or changes something: without the replay check it could be run twice.
         if signature:
-            logger.exception("Rate-limit storage unavailable; request not counted, replay check skipped")
-        else:
-            logger.exception("Rate-limit storage unavailable; request not counted")
+            logger.error("Replay store unavailable (%s); signed write refused", type(exc).__name__)
+            raise Disconnected(
+                msg="Internal error; unable to check this request against replay. It was not executed: "
+                "sign it again and retry."
+            ) from exc
+        logger.exception("Rate-limit storage unavailable; request not counted")
         return
     if taken.ban_ms:
         _refuse_banned(taken.ban_ms / 1000)
@@ -255,8 +327,13 @@ def charge(
         used["uid"] = taken.uid
     if taken.ip > ip_item.amount:
         _over_limit(ip, "ip", taken.ip, ip_item.amount, taken.ip_ms)
-    if taken.replayed:
+    if taken.replayed == 1:
         raise SignatureReplayed()
+    if taken.replayed == 2:
+        raise TimestampOutOfWindow(
+            msg="Timestamp for this request is older than the service's replay memory (restarted moments "
+            "ago); sign the request again with a fresh timestamp."
+        )
     if uid_item is not None and taken.uid > uid_item.amount:
         _over_limit(ip, "uid", taken.uid, uid_item.amount, taken.uid_ms)
 

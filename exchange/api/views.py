@@ -22,8 +22,8 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from accounts.keyring import keyrings
-from exchange.api.auth import EndpointAuth, RawRequest, Security, authenticate
-from exchange.api.errors import BadRequest, ExchangeError, MethodNotAllowed, NotFound
+from exchange.api.auth import SIGNING_PARAMS, EndpointAuth, RawRequest, Security, authenticate
+from exchange.api.errors import ApiKeyTypeWrong, BadRequest, MethodNotAllowed, NotFound
 from exchange.api.params import ParamSpec, body_pairs_from, merge_params, split_pairs
 from exchange.api.ratelimit import apply_weight_headers, charge
 
@@ -31,6 +31,7 @@ READ_METHODS = frozenset({"GET", "HEAD"})
 _JSON_RENDERER = JSONRenderer()  # stateless: one instance serves every request
 _PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
 _DEFAULT_HEADERS: dict[type, dict[str, str]] = {}
+_ENDPOINT_AUTH: dict[type, dict[str, EndpointAuth]] = {}  # per view class and method: declarations only
 
 
 class GatewayApi(APIView):
@@ -81,7 +82,7 @@ class GatewayApi(APIView):
                 charge(http_request, ip=ip, ip_weight=ip_weight)
                 ip_charged = True
             caller = authenticate(self._endpoint_auth(method), raw)
-        except ExchangeError:
+        except Exception:  # whatever a request ends in, its IP pays its weight (and a ban is enforced)
             if not ip_charged:  # a limit or a ban outranks the reason for refusing
                 charge(http_request, ip=ip, ip_weight=ip_weight)
             raise
@@ -100,6 +101,12 @@ class GatewayApi(APIView):
                 signature=caller.signature,
             )
         self.params = self.spec_for(method).parse(raw.params)
+
+    def require_key_type(self, key_type: str) -> None:
+        """For endpoints whose key type depends on a parameter (a transfer of fiat needs Enable Fiat,
+        of crypto Enable Crypto Wallet): refuse the caller's key if it lacks `key_type` (-2019)."""
+        if key_type not in self.api_key.types:
+            raise ApiKeyTypeWrong(key_type)
 
     @staticmethod
     def _raw_request(http_request, ip: str) -> RawRequest:
@@ -123,13 +130,18 @@ class GatewayApi(APIView):
         )
 
     def _endpoint_auth(self, method: str) -> EndpointAuth:
-        return EndpointAuth(
-            security=self.security,
-            key_type=self.key_type,
-            writes=method not in READ_METHODS if self.is_write is None else self.is_write,
-            ip_whitelist_required=self.ip_whitelist_required,
-            recv_window_required=self.option("recv_window_required", method),
-        )
+        cache = _ENDPOINT_AUTH.setdefault(type(self), {})
+        found = cache.get(method)
+        if found is None:
+            found = cache[method] = EndpointAuth(
+                security=self.security,
+                key_type=self.key_type,
+                writes=method not in READ_METHODS if self.is_write is None else self.is_write,
+                ip_whitelist_required=self.ip_whitelist_required,
+                recv_window_required=self.option("recv_window_required", method),
+                param_names=frozenset(param.name for param in self.spec_for(method).params) | SIGNING_PARAMS,
+            )
+        return found
 
     def perform_authentication(self, request) -> None:
         """DRF's authentication is configured empty: the gateway authenticates in `initial()`. DRF

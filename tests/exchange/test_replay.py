@@ -233,9 +233,9 @@ def test_embedded_memory_storage_refuses_replays_like_redis(master, make_key, se
 
 @pytest.mark.django_db
 @pytest.mark.urls(TEST_URLS)
-def test_storage_down_serves_signed_writes_unchecked_and_logs_it(master, make_key, monkeypatch, caplog):
-    """Documented choice (docs/api.md): limits and the replay check need the storage; without it
-    requests are served uncounted and unchecked for replay, and the outage is logged."""
+def test_storage_down_refuses_signed_writes_and_serves_reads(master, make_key, monkeypatch, caplog):
+    """Documented choice (docs/security.md, M1): without the storage, limits fail open (reads are
+    served uncounted, logged) but a signed write is refused (-1001): it could otherwise run twice."""
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from exchange.api import ratelimit
@@ -250,9 +250,13 @@ def test_storage_down_serves_signed_writes_unchecked_and_logs_it(master, make_ke
     stamp = now_ms()
     for _ in range(2):
         response = _same_write(client, stamp)
-        _accepted(response)
+        assert_error(response, -1001, 503)
         assert WEIGHT not in response.headers
-    assert "replay check skipped" in caplog.text
+    assert "signed write refused" in caplog.text
+    read = client.get(ECHO, {"a": "1"})
+    assert read.status_code == 200
+    assert WEIGHT not in read.headers
+    assert "request not counted" in caplog.text
 
 
 @pytest.mark.django_db(transaction=True)

@@ -331,7 +331,7 @@ def _flip_hex(signature: str, index: int, delta: int) -> str:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(params=st.dictionaries(KEYS, VALUES, max_size=6), data=st.data())
 def test_signature_property(signed_client, params, data):
-    ratelimit.storage().reset()  # many requests per test: keep clear of the per-minute limits
+    ratelimit.counters().reset()  # many requests per test: keep clear of the per-minute limits
     if params and data.draw(st.booleans(), label="put an '&' in a value"):
         # about half the examples: a value that a decoded text would split in two
         name = data.draw(st.sampled_from(sorted(params)), label="param with '&'")

@@ -31,7 +31,7 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.stack import PYTHON, ROOT, free_port, manage, services_unreachable
+from tests.stack import PYTHON, ROOT, flush_redis, free_port, manage, services_unreachable
 
 DB_NAME = os.environ.get("FULLSTACK_DATABASE_NAME", "exchange_fullstack_test")
 REDIS_DB = int(os.environ.get("FULLSTACK_REDIS_DB", "9"))  # 8, 10-15: other tests and benches
@@ -125,7 +125,6 @@ def _daphne(env: dict[str, str], world: dict):
 @pytest.fixture(scope="module")
 def full_stack():
     import psycopg
-    import redis
 
     env = _server_env(
         DATABASE_URL=f"{PG_SERVER}/{DB_NAME}",
@@ -135,14 +134,14 @@ def full_stack():
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {DB_NAME}")
-    redis.Redis.from_url(env["REDIS_URL"]).flushdb()
+    flush_redis(env["REDIS_URL"])
     try:
         manage(env, "migrate", "--noinput", "-v", "0")
         world = json.loads(manage(env, "demo", "--json").stdout)
         with _daphne(env, world) as server:
             yield server
     finally:
-        redis.Redis.from_url(env["REDIS_URL"]).flushdb()
+        flush_redis(env["REDIS_URL"])
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
 

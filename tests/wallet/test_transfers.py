@@ -328,8 +328,15 @@ def test_insufficient_balance(peer_client, demo, create_path):
 @pytest.mark.django_db
 def test_amount_too_large_for_the_ledger_is_refused_cleanly(master_client, demo, create_path):
     """An amount the regex admits (up to 30 integer digits) but nobody holds: a 4xx refusal, never a
-    500. USDT-like assets without a reference price are not stopped by the limits first."""
-    Asset.objects.create(code="FREE", name="No reference price", transfer_precision=2, transfer_min_quantity=1)
+    500. Without limit tiers, nothing stops such an amount before the ledger."""
+    from exchange.ttlcache import clear_all
+
+    User.objects.update(limit_tier=None)
+    LimitTier.objects.all().delete()
+    clear_all()
+    Asset.objects.create(
+        code="FREE", name="No limits", transfer_precision=2, transfer_min_quantity=1, reference_price=1
+    )
     for amount in ("100000000000", "1" * 30):
         response = master_client.post(create_path, {**BASE, "account": "FREE", "amount": amount})
         assert response.status_code in (400, 404), (amount, response.status_code, response.content)

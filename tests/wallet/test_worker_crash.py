@@ -42,7 +42,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.stack import PYTHON, ROOT, free_port, manage, services_unreachable
+from tests.stack import PYTHON, ROOT, flush_redis, free_port, manage, services_unreachable
 
 DB_NAME = os.environ.get("CRASH_DATABASE_NAME", "exchange_crash_test")
 REDIS_DB = int(os.environ.get("CRASH_REDIS_DB", "8"))
@@ -296,7 +296,6 @@ def _stack_env(hook_dir: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def stack():
     import psycopg
-    import redis
 
     with tempfile.TemporaryDirectory(prefix="crash-hook-") as tmp:
         hook_dir = Path(tmp)
@@ -305,7 +304,7 @@ def stack():
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
             admin.execute(f"CREATE DATABASE {DB_NAME}")
-        redis.Redis.from_url(env["REDIS_URL"]).flushdb()
+        flush_redis(env["REDIS_URL"])
         load = "from django.core.management import call_command as c; c('migrate', interactive=False, verbosity=0)"
         loaded = manage(env, "shell", "--no-imports", "-c", f"{load}; c('demo', json=True)").stdout
         world = json.loads(loaded.strip().splitlines()[-1])

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from rest_framework.response import Response
 
+from accounts import policy
 from accounts.selectors import user_get_by_address
 from exchange.api.auth import Security
 from exchange.api.errors import NotFound
-from exchange.api.params import Param, ParamSpec
+from exchange.api.params import Param, ParamSpec, check_skip
 from exchange.api.views import GatewayApi
 from wallet.transfers import selectors, services
 
@@ -27,7 +28,8 @@ _CREATED_EXAMPLE = {
 
 
 class TransferCreateApi(GatewayApi):
-    """Send funds to another account by e-mail or phone number. Answers JSON for every outcome."""
+    """Send funds to another account by e-mail or phone number. Answers JSON for every outcome.
+    The key needs Enable Fiat for a fiat asset, Enable Crypto Wallet for crypto (-2019)."""
 
     security = Security.USER_DATA
     ip_weight = 50
@@ -46,6 +48,9 @@ class TransferCreateApi(GatewayApi):
 
     def post(self, request):
         p = self.params
+        asset = services.asset_by_code(p["account"])
+        if asset is not None:  # an unknown asset is refused by the service (-1025)
+            self.require_key_type(policy.fund_key_type(asset))
         transfer = services.transfer_create(
             sender=self.account,
             asset_code=p["account"],
@@ -107,6 +112,7 @@ class TransferQueryApi(GatewayApi):
             if transfer is None:
                 raise NotFound(f"transfer {transfer_id}")
             return Response({"transfer": selectors.transfer_json(transfer, viewer=self.account)})
+        check_skip("page", (p["page"] - 1) * p["per_page"])
         from_user = to_user = None
         if p["from_address"] is not None:
             from_user = user_get_by_address(address=p["from_address"])

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from django.db import IntegrityError, transaction
 
-from accounts import ledger, limits
+from accounts import ledger, limits, policy
 from accounts.ledger.models import Asset, BusinessType, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import transfer_parties
@@ -48,10 +48,11 @@ def transfer_create(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.unknown("account")
+    policy.require_may_send(sender)
     # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
     # check runs on them now, and again under the lock only if it refused or the seq has moved).
     recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
-    if recipient is None or recipient.system_role is not None or not recipient.is_active:
+    if recipient is None or recipient.system_role is not None or not policy.may_receive(recipient):
         raise UserNotFound(msg="No account has this target_address.")
     if recipient.id == sender.pk:
         raise errors.invalid("target_address", "a transfer cannot go to the sender")
@@ -61,6 +62,8 @@ def transfer_create(
         raise errors.invalid("amount", f"at most {asset.transfer_precision} decimal places")
     if amount < asset.transfer_min_quantity:
         raise errors.invalid("amount", f"below the minimum {asset.transfer_min_quantity.normalize():f}")
+    tier = limits.tier_for(sender)
+    policy.require_priced(asset, valuation_currency=tier.currency if tier else None)
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
     legs = ledger.move(sender.pk, recipient.id, asset.code, amount)
     if fee > 0:

@@ -1,0 +1,61 @@
+"""Who may move money: the one place every flow asks before funds leave or enter an account.
+
+Transfers, withdrawals and, as they arrive, conversions and sub-account transfers call these
+functions; none of them reads `is_frozen`, `is_active` or `can_withdraw` itself. The gateway also
+refuses every API key of a frozen or deactivated account (-2015, exchange/api/auth.py), so these
+checks are the second line: they hold for calls that do not come through a customer's key
+(operators, scheduled jobs, a master acting on its sub-account).
+
+- A frozen or deactivated account sends nothing (-1152), nor does one whose `can_withdraw` is off
+  (operators' withdrawal bar covers every way out: withdrawals, transfers, and later conversions
+  and sub-account transfers out).
+- A frozen or deactivated account receives no transfer. The sender is told only that no account
+  has the address (-1151): telling a third party that an account is frozen would tip them off.
+- Funds move only with a key of the matching functional type: Enable Fiat for fiat assets,
+  Enable Crypto Wallet for crypto. Enable Spot (order-book trading) and Enable Convert do not move
+  funds to another account, so they do not qualify.
+- An asset without a reference price (0, the default of a new asset) cannot be moved: every limit
+  and the withdrawal approval threshold value movements at that price, so at 0 none would apply.
+"""
+
+from __future__ import annotations
+
+from accounts.models import ApiKeyType
+from exchange.api.errors import BadRequest, NoPermission
+
+# The currency limits and withdrawal approvals are valued in when an account has no limit tier.
+DEFAULT_VALUATION_CURRENCY = "PHP"
+
+
+class AccountMayNotSend(NoPermission):
+    message = "This account may not send funds: it is frozen, deactivated or barred from withdrawing."
+
+
+class AssetNotPriced(BadRequest):
+    message = "Moving %s is suspended until operations set its reference price."
+
+
+def may_send(account) -> bool:
+    return account.is_active and not account.is_frozen and account.can_withdraw
+
+
+def may_receive(account) -> bool:
+    """`account` is a User or anything with `is_active` and `is_frozen` (accounts.selectors.UserRef)."""
+    return account.is_active and not account.is_frozen
+
+
+def require_may_send(account) -> None:
+    if not may_send(account):
+        raise AccountMayNotSend()
+
+
+def fund_key_type(asset) -> str:
+    """The functional key type that moves `asset` out of an account."""
+    return ApiKeyType.FIAT if asset.is_fiat else ApiKeyType.CRYPTO_WALLET
+
+
+def require_priced(asset, *, valuation_currency: str | None) -> None:
+    """Refuse to move an asset that is not priced in the currency its movements are valued in."""
+    currency = valuation_currency or DEFAULT_VALUATION_CURRENCY
+    if asset.code != currency and not asset.reference_price > 0:
+        raise AssetNotPriced(asset.code)
