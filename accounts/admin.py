@@ -42,8 +42,28 @@ class AccountChangeForm(_AccountFormRules, UserChangeForm):
         fields = "__all__"
 
 
+# What makes a user staff, superuser or gives them permissions: only superusers set these.
+PRIVILEGE_FIELDS = ("is_staff", "is_superuser", "groups", "user_permissions")
+
+
+def may_edit_user(editor: User, target: User) -> bool:
+    """Whether `editor` may change `target`'s record (its e-mail, password, status...). A superuser
+    may change anyone; anyone else only customers' records and their own: another staff member's
+    record (its password or e-mail above all) would be a way into that member's permissions, and
+    a superuser's into everything."""
+    if editor.is_superuser:
+        return True
+    return target.pk == editor.pk or not (target.is_staff or target.is_superuser)
+
+
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
+    """Accounts for operators (the Operations group may change users). Only a superuser grants or
+    changes staff status, superuser status, groups and permissions, its own included: for anyone
+    else those fields are read-only, so they are not in the form and a crafted POST cannot set
+    them. Staff and superuser records are read-only to non-superusers (`may_edit_user`), which also
+    closes their password-change page."""
+
     form = AccountChangeForm
     add_form = AccountCreationForm
     ordering = ("id",)
@@ -72,6 +92,22 @@ class UserAdmin(DjangoUserAdmin):
         ("Dates", {"fields": ("last_login", "date_joined")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "phone", "master", "password1", "password2")}),)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = tuple(super().get_readonly_fields(request, obj))
+        if request.user.is_superuser:
+            return fields
+        return fields + tuple(name for name in PRIVILEGE_FIELDS if name not in fields)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        if not super().has_change_permission(request, obj):
+            return False
+        return obj is None or may_edit_user(request.user, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if not super().has_delete_permission(request, obj):
+            return False
+        return obj is None or may_edit_user(request.user, obj)
 
 
 class ApiKeyForm(forms.ModelForm):

@@ -5,11 +5,11 @@ same order, but resolving a path no longer raises and catches a Resolver404 per 
 """
 
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 
 from accounts.urls import urlpatterns as accounts_urls
 from exchange.api.views import NotFoundApi
-from exchange.apis import PingApi, ServerTimeApi, SystemStatusApi, UserIpApi
+from exchange.apis import OpenApiSchemaApi, PingApi, ServerTimeApi, SystemStatusApi, UserIpApi
 from streams.urls import urlpatterns as streams_urls
 from wallet.urls import urlpatterns as wallet_urls
 
@@ -21,7 +21,8 @@ urlpatterns = [
     *accounts_urls,
     *streams_urls,
     *wallet_urls,
-    path("schema", SpectacularAPIView.as_view(), name="openapi-schema"),
+    # Charged like any request (Weight(IP) 5); the document is generated once per process.
+    path("schema", OpenApiSchemaApi.as_view(), name="openapi-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     re_path(r"^.*$", NotFoundApi.as_view(), name="not-found"),
 ]

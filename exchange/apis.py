@@ -1,11 +1,21 @@
-"""General endpoints: ping, time, check-sys-status, user/ip."""
+"""General endpoints: ping, time, check-sys-status, user/ip, and the OpenAPI document."""
 
 from __future__ import annotations
 
+from django.http import HttpResponse
+from drf_spectacular.renderers import (
+    OpenApiJsonRenderer,
+    OpenApiJsonRenderer2,
+    OpenApiYamlRenderer,
+    OpenApiYamlRenderer2,
+)
+from drf_spectacular.settings import spectacular_settings
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from exchange.api.auth import server_time_ms
 from exchange.api.params import Param, ParamSpec
+from exchange.api.schema import openapi_rendered
 from exchange.api.views import GatewayApi
 from exchange.models import BusinessType
 from exchange.selectors import business_status_list
@@ -60,3 +70,33 @@ class UserIpApi(GatewayApi):
 
     def get(self, request):
         return Response({"ip": request._request.client_ip})
+
+
+_ERROR_RENDERER = JSONRenderer()
+
+
+class OpenApiSchemaApi(GatewayApi):
+    """The OpenAPI document (what the Swagger UI at /openapi/docs loads): YAML by default, JSON for
+    `?format=json` or an OpenAPI JSON `Accept` header. Open, but charged to the IP like any request
+    (it is the largest response the service has), and generated once per process
+    (exchange/api/schema.openapi_document)."""
+
+    ip_weight = 5
+    http_method_names = ["get", "head"]
+    renderer_classes = [OpenApiYamlRenderer, OpenApiYamlRenderer2, OpenApiJsonRenderer, OpenApiJsonRenderer2]
+    schema = None  # not an endpoint of the document it serves
+
+    def get(self, request):
+        renderer = request.accepted_renderer
+        content_type = renderer.media_type + (f"; charset={renderer.charset}" if renderer.charset else "")
+        response = HttpResponse(openapi_rendered(renderer), content_type=content_type)
+        response["Content-Disposition"] = f'inline; filename="{spectacular_settings.TITLE}.{renderer.format}"'
+        return response
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response) and response.status_code >= 400:
+            # Refusals are the JSON envelope like everywhere under /openapi/, not a YAML rendering of it.
+            response.accepted_renderer = _ERROR_RENDERER
+            response.accepted_media_type = _ERROR_RENDERER.media_type
+        return response

@@ -3,11 +3,17 @@
 - Operations: runs the service day to day (switch businesses, lift bans, manage keys and accounts).
 - Support (read-only): looks, changes nothing.
 Later apps add their models to these lists.
+
+Neither role can raise anyone's privileges: "change accounts.user" lets Operations edit customer
+accounts, but only a superuser sets staff and superuser status, groups and permissions or edits a
+staff member's record (accounts/admin.UserAdmin); and no role is ever given a permission on Django's
+own apps (groups and permissions themselves, sessions, ...): `sync_roles` refuses to.
 """
 
 from __future__ import annotations
 
 from django.contrib.auth.models import Group, Permission
+from django.core.exceptions import ImproperlyConfigured
 
 OUR_APPS = ("exchange", "accounts", "wallet", "convert", "subaccounts", "streams")
 
@@ -46,7 +52,17 @@ ROLES: dict[str, dict[str, list[str]]] = {
 }
 
 
+def _check_roles() -> None:
+    for name, grants in ROLES.items():
+        for action, models in grants.items():
+            for model in models:
+                if model != "*" and model.split(".")[0] not in OUR_APPS:
+                    # e.g. "auth.group": a member could then grant their own group anything.
+                    raise ImproperlyConfigured(f"Role {name!r} may not be given {action} on {model}.")
+
+
 def sync_roles(**_kwargs) -> None:
+    _check_roles()  # before any group is written
     for name, grants in ROLES.items():
         group, _ = Group.objects.get_or_create(name=name)
         wanted = []

@@ -163,11 +163,14 @@ class WithdrawalAdmin(admin.ModelAdmin):
 
     @admin.action(description="Approve the selected withdrawals (they are sent)", permissions=["change"])
     def approve(self, request, queryset):
-        done = [
-            services.withdrawal_approve(withdrawal=w, approved_by=request.user)
-            for w in queryset.filter(stage=WithdrawalStage.AWAITING_APPROVAL)
-        ]
-        self.message_user(request, f"Approved {len(done)} withdrawal(s).", messages.SUCCESS)
+        done = 0
+        for withdrawal in queryset.filter(stage=WithdrawalStage.AWAITING_APPROVAL):
+            try:
+                services.withdrawal_approve(withdrawal=withdrawal, approved_by=request.user)
+                done += 1
+            except ValueError as exc:  # its account may not send funds
+                self.message_user(request, str(exc), messages.ERROR)
+        self.message_user(request, f"Approved {done} withdrawal(s).", messages.SUCCESS)
 
     @admin.action(description="Reject the selected withdrawals (funds return to the account)", permissions=["change"])
     def reject(self, request, queryset):

@@ -279,8 +279,19 @@ def _transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> 
     )
 
 
+HELD_INFO = "held: the account may not send funds (frozen, deactivated or barred from withdrawing)"
+
+
 def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
-    """Broadcast and settle. Safe to run twice or after a crash at any point."""
+    """Broadcast and settle. Safe to run twice or after a crash at any point. A queued withdrawal of
+    an account that may no longer send (frozen after applying) is not broadcast: it goes back to
+    AWAITING_APPROVAL for operators to reject (funds return) or approve once the account may send."""
+    account = User.objects.filter(withdrawals__pk=withdrawal_id).first()
+    if account is not None and not policy.may_send(account):
+        _transition(
+            withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.AWAITING_APPROVAL,
+            info=HELD_INFO,
+        )
     _transition(withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.BROADCASTING)
     Withdrawal.objects.filter(pk=withdrawal_id, stage=WithdrawalStage.BROADCASTING).update(attempts=F("attempts") + 1)
     withdrawal = Withdrawal.objects.select_related("network__coin").get(pk=withdrawal_id)
@@ -352,6 +363,10 @@ def _fail(
 
 
 def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdrawal:
+    """Send a withdrawal that waits for an operator. Refused (ValueError) while its account may not
+    send funds: reject it instead, or unfreeze the account first."""
+    if not policy.may_send(User.objects.get(pk=withdrawal.account_id)):
+        raise ValueError(f"Withdrawal {withdrawal.pk}: {HELD_INFO.removeprefix('held: ')}; reject it instead.")
     with transaction.atomic():
         if _transition(
             withdrawal.pk,

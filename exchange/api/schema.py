@@ -1,11 +1,18 @@
 """OpenAPI generation from the gateway's own declarations (security, weights, parameters,
-response example), so that the document cannot drift from what the gateway enforces."""
+response example), so that the document cannot drift from what the gateway enforces.
+
+The document depends only on the code (the routes and the views' declarations), never on the
+request, so each process generates it once (30-100 ms) and serves the same rendered bytes to every
+caller of /openapi/schema (exchange/apis.OpenApiSchemaApi).
+"""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 
@@ -107,3 +114,45 @@ class GatewayAutoSchema(AutoSchema):
             "content": {"application/json": {"schema": ERROR_SCHEMA}},
         }
         return {"200": success, "4XX": error}
+
+
+_document_lock = threading.Lock()
+_document: dict | None = None
+_rendered: dict[type, bytes] = {}
+
+
+def openapi_document() -> dict:
+    """The OpenAPI document of every endpoint, generated on the first call of the process.
+
+    Generated as public (every endpoint, whoever asks) and for no request, as the old
+    per-request view did for an anonymous caller: no request data can make two documents differ."""
+    global _document
+    if _document is None:
+        with _document_lock:
+            if _document is None:
+                generator = spectacular_settings.DEFAULT_GENERATOR_CLASS()
+                _document = generator.get_schema(request=None, public=True)
+    return _document
+
+
+def openapi_rendered(renderer) -> bytes:
+    """The document as `renderer` (one of the schema view's renderers) renders it, rendered once per
+    renderer class. Media-type parameters (`indent=...`) are ignored: a caller must not be able to
+    make the process render and keep a new variant per request."""
+    cls = type(renderer)
+    rendered = _rendered.get(cls)
+    if rendered is None:
+        document = openapi_document()
+        with _document_lock:
+            rendered = _rendered.get(cls)
+            if rendered is None:
+                rendered = _rendered[cls] = bytes(renderer.render(document, renderer.media_type, {}))
+    return rendered
+
+
+def forget_openapi_document() -> None:
+    """Drop the generated document (tests; a process that changes its routes at run time)."""
+    global _document
+    with _document_lock:
+        _document = None
+        _rendered.clear()

@@ -177,3 +177,33 @@ def test_an_unpriced_asset_cannot_be_moved(make_key):
     asset.reference_price = Decimal(58)
     asset.save()  # operators set a price: it moves again
     assert client.post(V4, {"account": "USDT", "target_address": PEER, "amount": "5"}).status_code == 200
+
+
+# --- a withdrawal applied before the freeze -------------------------------------------------------
+
+
+def test_a_queued_withdrawal_of_an_account_frozen_since_is_held_not_broadcast(make_key):
+    from wallet import services as wallet_services
+    from wallet.models import WithdrawalStage
+
+    client = client_with(MASTER, make_key)
+    params = {"coin": "BTC", "network": "BTC", "address": BTC_WHITELISTED, "amount": "0.01"}
+    response = client.post(WITHDRAW, params)
+    assert response.status_code == 200, response.content
+    withdrawal = Withdrawal.objects.get(pk=response.json()["id"])
+    assert withdrawal.stage == WithdrawalStage.QUEUED  # its task runs after commit (not in this test)
+    locked = Balance.objects.get(account__email=MASTER, asset__code="BTC").locked
+    set_flags(MASTER, is_frozen=True)
+
+    held = wallet_services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    assert held.stage == WithdrawalStage.AWAITING_APPROVAL
+    assert held.tx_id == ""
+    assert "may not send" in held.info
+    operator = User.objects.create_superuser("ops@test.example", "pw")
+    with pytest.raises(ValueError, match="may not send"):
+        wallet_services.withdrawal_approve(withdrawal=held, approved_by=operator)
+    assert Withdrawal.objects.get(pk=withdrawal.pk).stage == WithdrawalStage.AWAITING_APPROVAL
+    rejected = wallet_services.withdrawal_reject(withdrawal=held, rejected_by=operator)
+    assert rejected.stage == WithdrawalStage.FAILED
+    assert Balance.objects.get(account__email=MASTER, asset__code="BTC").locked == locked - Decimal("0.0105")
+    assert ledger_check().ok
