@@ -53,6 +53,8 @@ def may_edit_user(editor: User, target: User) -> bool:
     a superuser's into everything."""
     if editor.is_superuser:
         return True
+    if target.system_role is not None:  # the service's own ledger accounts: never an operator's to change
+        return False
     return target.pk == editor.pk or not (target.is_staff or target.is_superuser)
 
 
@@ -132,8 +134,11 @@ class ApiKeyForm(forms.ModelForm):
             self.initial["ip_list"] = "\n".join(self.instance.ip_list)
             if "user" in self.fields:
                 self.fields["user"].disabled = True
-        elif "status" in self.fields:
-            self.fields["status"].disabled = True
+        else:
+            if "status" in self.fields:
+                self.fields["status"].disabled = True
+            if "user" in self.fields:  # the service's own ledger accounts have no API
+                self.fields["user"].queryset = self.fields["user"].queryset.filter(system_role__isnull=True)
 
     def clean_types(self):
         try:

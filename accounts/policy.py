@@ -8,7 +8,7 @@ checks are the second line: they hold for calls that do not come through a custo
 
 - A frozen or deactivated account sends nothing (-1152), nor does one whose `can_withdraw` is off
   (operators' withdrawal bar covers every way out: withdrawals, transfers, and later conversions
-  and sub-account transfers out).
+  and sub-account transfers out), nor any of the service's own system accounts.
 - A frozen or deactivated account receives no transfer. The sender is told only that no account
   has the address (-1151): telling a third party that an account is frozen would tip them off.
 - Funds move only with a key of the matching functional type: Enable Fiat for fiat assets,
@@ -36,7 +36,9 @@ class AssetNotPriced(BadRequest):
 
 
 def may_send(account) -> bool:
-    return account.is_active and not account.is_frozen and account.can_withdraw
+    """The service's own accounts (world, fees, convert liquidity, equity) move money only through
+    the services that own those movements (deposits, fees, adjustments), never as a sender."""
+    return account.is_active and not account.is_frozen and account.can_withdraw and account.system_role is None
 
 
 def may_receive(account) -> bool:

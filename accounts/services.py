@@ -76,6 +76,8 @@ def api_key_create(
     ip_list: list[str] | None = None,
     ip_restrict: bool | None = None,
 ) -> CreatedApiKey:
+    if user.system_role is not None:
+        raise ValueError("The service's own system accounts cannot have API keys.")
     secret = _random_token(64)
     ips = normalize_ip_list(ip_list)
     with transaction.atomic():

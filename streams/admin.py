@@ -2,6 +2,7 @@ from django.contrib import admin, messages
 
 from streams import services
 from streams.models import ListenKey
+from streams.services import STORE_ERRORS
 from streams.store import store
 
 
@@ -10,7 +11,7 @@ class ListenKeyAdmin(admin.ModelAdmin):
     list_display = ("short_key", "account", "created_at", "expires_at", "closed_at", "alive")
     search_fields = ("account__email", "key")
     list_filter = ("closed_at",)
-    readonly_fields = ("key", "account", "created_at", "expires_at", "closed_at")
+    readonly_fields = ("key", "account", "created_at", "expires_at", "closed_at", "api_keys")
     actions = ["close_keys"]
 
     @admin.display(description="key")
@@ -18,8 +19,15 @@ class ListenKeyAdmin(admin.ModelAdmin):
         return f"{obj.key[:12]}…"
 
     @admin.display(boolean=True)
-    def alive(self, obj: ListenKey) -> bool:
-        return store().owner(obj.key) == obj.account_id
+    def alive(self, obj: ListenKey) -> bool | None:
+        try:
+            return store().owner(obj.key) == obj.account_id
+        except STORE_ERRORS:
+            return None  # unknown while Redis is unreachable
+
+    @admin.display(description="API keys that were handed it (disabling one closes it)")
+    def api_keys(self, obj: ListenKey) -> str:
+        return ", ".join(f"{key[:8]}…" for key in obj.holders.values_list("api_key", flat=True)) or "-"
 
     def has_add_permission(self, request) -> bool:
         return False

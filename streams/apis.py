@@ -23,7 +23,7 @@ class UserDataStreamApi(GatewayApi):
     response_example = {"listenKey": "pqia91ma19a5s61cv6a81va65sdf19v8a65a1a5s61cv6a81va65sdf19v8a65a1"}
 
     def post(self, request):
-        return Response({"listenKey": services.listen_key_start(account=self.account)})
+        return Response({"listenKey": services.listen_key_start(account=self.account, api_key=self.api_key.key)})
 
     def put(self, request):
         services.listen_key_keepalive(account=self.account, key=self.params["listenKey"])

@@ -6,6 +6,11 @@ is answered `{"result": null, "id": n}` or `{"error": {"code", "msg"}, "id": n}`
 closes when its first key expires or is closed, and after 24 hours; a further key that dies is
 dropped from the connection. Daphne pings idle clients and drops those that do not answer
 (--ping-interval / --ping-timeout).
+
+Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on one listenKey and
+STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
+STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond); at most
+STREAM_MESSAGES_PER_SECOND client messages a second (-1003 beyond, 4005 for a client that keeps on).
 """
 
 from __future__ import annotations
@@ -13,29 +18,108 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from accounts.models import User
+from exchange.api.errors import Disconnected
+from exchange.api.middleware import client_ip
 from streams import relay, watcher
 from streams.events import build_events
-from streams.services import key_group
-from streams.store import store
+from streams.selectors import listen_key_owners
+from streams.services import STORE_ERRORS, key_group
+from streams.store import OVER_KEY_CAP, Lease, connection_lease_seconds, store
 
 logger = logging.getLogger(__name__)
 
 CLOSE_KEY_DEAD = 4001
 CLOSE_MAX_AGE = 4002
+CLOSE_TOO_MANY_ON_KEY = 4003
+CLOSE_TOO_MANY_FROM_IP = 4004
+CLOSE_TOO_MANY_MESSAGES = 4005
+CLOSE_MESSAGE_TOO_BIG = 1009
+CLOSE_SERVER_ERROR = 1011
 ERR_INVALID_REQUEST = -1010
 ERR_TOO_MANY_STREAMS = -1015
+ERR_TOO_MANY_MESSAGES = -1003
 ERR_LISTEN_KEY = -1125
+
+# Defaults of the settings (exchange/settings/base.py, docs/streams.md), for settings modules without them.
+MAX_CONNECTIONS_PER_KEY = 20
+MAX_CONNECTIONS_PER_IP = 100
+MAX_MESSAGE_CHARS = 100_000  # a SUBSCRIBE of 1024 listenKeys takes about 66,000
+MESSAGES_PER_SECOND = 5.0
+# Messages refused for the rate without a quiet second between them, before the connection closes.
+REFUSALS_BEFORE_CLOSE = 10
+
+
+def _setting(name: str, default):
+    return getattr(settings, name, default)
+
+
+def scope_client_ip(scope) -> str | None:
+    """The client's address by the gateway's rule (X-Forwarded-For believed only from
+    TRUSTED_PROXIES); None when the server does not know the peer (e.g. a unix socket)."""
+    client = scope.get("client")
+    if not client or not client[0]:
+        return None
+    meta = {"REMOTE_ADDR": client[0]}
+    forwarded = [
+        value.decode("latin-1") for name, value in scope.get("headers", ()) if name.lower() == b"x-forwarded-for"
+    ]
+    if forwarded:
+        meta["HTTP_X_FORWARDED_FOR"] = ",".join(forwarded)
+    return client_ip(meta)
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `rate` (at least one) saved up."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self.tokens = self.capacity
+        self.at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return True
+        return False
 
 
 @database_sync_to_async
-def _owner(key: str) -> int | None:
-    return store().owner(key)
+def _owners(keys: list[str]) -> dict[str, int | None]:
+    return listen_key_owners(keys)
+
+
+@database_sync_to_async
+def _admit(key: str, lease: Lease) -> tuple[int | None, str | None]:
+    """The key's account (None: refused) and, when it has one, the cap the connection would exceed."""
+    account = listen_key_owners([key])[key]
+    if account is None:
+        return None, None
+    refusal = store().connection_open(
+        lease,
+        key_cap=_setting("STREAM_MAX_CONNECTIONS_PER_KEY", MAX_CONNECTIONS_PER_KEY),
+        ip_cap=_setting("STREAM_MAX_CONNECTIONS_PER_IP", MAX_CONNECTIONS_PER_IP),
+        seconds=connection_lease_seconds(),
+    )
+    return account, refusal
+
+
+@database_sync_to_async
+def _release(lease: Lease) -> None:
+    try:
+        store().connection_close(lease)
+    except STORE_ERRORS:
+        logger.warning("Could not uncount a closed connection; its lease expires by itself")
 
 
 @database_sync_to_async
@@ -62,6 +146,9 @@ def _email(account_id: int) -> str:
 
 
 class UserDataConsumer(AsyncJsonWebsocketConsumer):
+    lease: Lease | None = None  # counted in the caps while set
+    closing = False
+
     async def connect(self) -> None:
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
         self.keys: dict[str, int] = {}  # listenKey -> account
@@ -69,14 +156,34 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.owner_of: dict[int, int] = {}  # account whose events we pass on -> own account that brought it
         self.tasks: list[asyncio.Task] = []
         self.lock = asyncio.Lock()
-        account = await _owner(self.primary)
+        self.bucket = TokenBucket(_setting("STREAM_MESSAGES_PER_SECOND", MESSAGES_PER_SECOND))
+        self.refusals = 0
+        self.refused_at = 0.0
+        lease = Lease(connection=self.channel_name, key=self.primary, ip=scope_client_ip(self.scope))
+        # Refusals come before the handshake completes (a client sees HTTP 403; the code is ours).
+        try:
+            account, refusal = await _admit(self.primary, lease)
+        except STORE_ERRORS:
+            logger.exception("listenKey store unavailable")
+            await self.close(code=CLOSE_SERVER_ERROR)
+            return
         if account is None:
             await self.close(code=CLOSE_KEY_DEAD)
             return
-        await self._add_key(self.primary, account)
-        await self.accept()
+        if refusal is not None:
+            logger.info("Connection refused: too many on its %s", refusal)
+            await self.close(code=CLOSE_TOO_MANY_ON_KEY if refusal == OVER_KEY_CAP else CLOSE_TOO_MANY_FROM_IP)
+            return
+        self.lease = lease
+        try:
+            await self._add_key(self.primary, account)
+            await self.accept()
+        except BaseException:
+            self.lease = None
+            await _release(lease)
+            raise
         relay.ensure_relay()
-        watcher.watch(self)  # key expiry and catch-up, with the process's other connections
+        watcher.watch(self)  # key expiry, catch-up and the lease, with the process's other connections
         self.tasks = [asyncio.create_task(self._max_age())]
 
     async def disconnect(self, code) -> None:
@@ -85,6 +192,9 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             task.cancel()
         for key in list(getattr(self, "keys", {})):
             await self._drop_key(key)
+        lease, self.lease = self.lease, None
+        if lease is not None:
+            await _release(lease)
 
     # --- streams -----------------------------------------------------------------------------
 
@@ -142,20 +252,46 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
                 f"A connection listens to at most {settings.STREAM_MAX_STREAMS_PER_CONNECTION} streams.",
             )
             return
-        owners = [(key, await _owner(key)) for key in new]
-        dead = [key for key, owner in owners if owner is None]
+        try:
+            owners = await _owners(new) if new else {}  # all of them in one round trip
+        except STORE_ERRORS:
+            logger.exception("listenKey store unavailable")
+            await self._error(request_id, Disconnected.code, Disconnected.message)
+            return
+        dead = [key for key, owner in owners.items() if owner is None]
         if dead:
             await self._error(request_id, ERR_LISTEN_KEY, f"This listenKey does not exist: {dead[0]}")
             return
-        for key, owner in owners:
+        for key, owner in owners.items():
             await self._add_key(key, owner)
         await self.send_json({"result": None, "id": request_id})
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        if self.closing:
+            return
+        size = len(text_data) if text_data is not None else len(bytes_data or b"")
+        if size > _setting("STREAM_MAX_MESSAGE_CHARS", MAX_MESSAGE_CHARS):
+            await self._shut(CLOSE_MESSAGE_TOO_BIG)
+            return
+        if not self.bucket.take():
+            await self._refuse_for_rate()
+            return
         try:
             await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
         except ValueError:  # not JSON
             await self._error(None, ERR_INVALID_REQUEST, "Invalid request: not JSON.")
+
+    async def _refuse_for_rate(self) -> None:
+        """Beyond the rate a message is answered -1003 (unread); a client that keeps on sending
+        (REFUSALS_BEFORE_CLOSE refusals without a quiet second between them) is disconnected."""
+        now = time.monotonic()
+        self.refusals = self.refusals + 1 if now - self.refused_at < 1.0 else 1
+        self.refused_at = now
+        if self.refusals > REFUSALS_BEFORE_CLOSE:
+            await self._shut(CLOSE_TOO_MANY_MESSAGES)
+            return
+        rate = self.bucket.rate
+        await self._error(None, ERR_TOO_MANY_MESSAGES, f"Too many messages; at most {rate:g} per second.")
 
     async def _error(self, request_id, code: int, msg: str) -> None:
         await self.send_json({"error": {"code": code, "msg": msg}, "id": request_id})
@@ -171,17 +307,24 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
 
     async def _max_age(self) -> None:
         await asyncio.sleep(settings.STREAM_MAX_CONNECTION_SECONDS)
-        await self.close(code=CLOSE_MAX_AGE)
+        await self._shut(CLOSE_MAX_AGE)
 
     async def key_dead(self, key: str) -> None:
         if key == self.primary:
-            watcher.unwatch(self)  # closing: one close frame only
-            await self.close(code=CLOSE_KEY_DEAD)
-            for task in self.tasks:
-                if task is not asyncio.current_task():
-                    task.cancel()
+            await self._shut(CLOSE_KEY_DEAD)
         else:
             await self._drop_key(key)
+
+    async def _shut(self, code: int) -> None:
+        """Close once: no further close frames or messages while the client's close handshake runs."""
+        if self.closing:
+            return
+        self.closing = True
+        watcher.unwatch(self)
+        await self.close(code=code)
+        for task in self.tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
 
     async def listenkey_closed(self, event) -> None:
         await self.key_dead(event["key"])
@@ -189,6 +332,8 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     # --- events --------------------------------------------------------------------------------
 
     async def ledger_changes(self, message) -> None:
+        if self.closing:
+            return
         account = message["account"]
         async with self.lock:  # one message at a time, so the sequence check holds
             rows = message["rows"]

@@ -17,3 +17,19 @@ class ListenKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key[:12]}… of {self.account_id}"
+
+
+class ListenKeyHolder(models.Model):
+    """An API key that was handed a listenKey: POST creates the key for it, or hands it the account's
+    live key. Disabling or deleting any holder closes the listenKey (streams/apps.py). The API key is
+    kept as its text, not a foreign key, so the row outlives a deleted key until it is acted on."""
+
+    listen_key = models.ForeignKey(ListenKey, on_delete=models.CASCADE, to_field="key", related_name="holders")
+    api_key = models.CharField(max_length=64, db_index=True, help_text="accounts.ApiKey.key")
+    handed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["listen_key", "api_key"], name="one_row_per_listen_key_holder")]
+
+    def __str__(self) -> str:
+        return f"{self.api_key[:8]}… holds {self.listen_key_id[:12]}…"

@@ -1,14 +1,36 @@
 """Where listenKeys live: Redis keys with a TTL in the full stack (`streams:lk:<key>` -> account id,
 `streams:active:<account>` -> key), a dict in process memory in the embedded default (one server
-process holds the websockets there)."""
+process holds the websockets there).
+
+The store also counts open websocket connections per listenKey and per client IP, for the caps of
+consumers.py, across every server process: a connection holds a lease (a sorted-set member scored
+with its expiry) in `streams:conns:lk:<key>` and `streams:conns:ip:<ip>`; its process's watcher
+renews it while the connection lives and the connection returns it when it closes, so the leases of
+a crashed process stop counting after `lease` seconds. In memory there is one process: plain sets.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from functools import lru_cache
 
 from django.conf import settings
+
+# Why a connection is refused by connection_open.
+OVER_KEY_CAP = "listenKey"
+OVER_IP_CAP = "ip"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One open connection's place in the counts: `ip` is None when the peer is unknown (not counted per IP)."""
+
+    connection: str
+    key: str
+    ip: str | None
 
 
 class MemoryStore:
@@ -16,6 +38,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._keys: dict[str, tuple[int, float]] = {}
         self._active: dict[int, str] = {}
+        self._conns: dict[str, set[str]] = defaultdict(set)
 
     def _alive(self, key: str) -> int | None:
         entry = self._keys.get(key)
@@ -65,15 +88,71 @@ class MemoryStore:
             entry = self._keys.get(key)
             return None if entry is None else max(0.0, entry[1] - time.time())
 
+    def connection_open(self, lease: Lease, *, key_cap: int, ip_cap: int, seconds: float) -> str | None:
+        """Count the connection, or say which cap it would exceed (and count nothing)."""
+        names = _lease_sets(lease, prefix="")
+        with self._lock:
+            for name, cap, refusal in zip(names, (key_cap, ip_cap), (OVER_KEY_CAP, OVER_IP_CAP), strict=False):
+                members = self._conns.get(name, ())
+                if lease.connection not in members and len(members) >= cap:
+                    return refusal
+            for name in names:
+                self._conns[name].add(lease.connection)
+            return None
+
+    def connection_close(self, lease: Lease) -> None:
+        with self._lock:
+            for name in _lease_sets(lease, prefix=""):
+                members = self._conns.get(name)
+                if members is not None:
+                    members.discard(lease.connection)
+                    if not members:
+                        del self._conns[name]
+
+    def connections_renew(self, leases: list[Lease], *, seconds: float) -> None:
+        """Nothing to do: one process, whose connections return their leases when they close."""
+
+    def connection_count(self, *, key: str | None = None, ip: str | None = None) -> int:
+        with self._lock:
+            return len(self._conns.get(f"lk:{key}" if key is not None else f"ip:{ip}", ()))
+
+
+def _lease_sets(lease: Lease, prefix: str) -> list[str]:
+    names = [f"{prefix}lk:{lease.key}"]
+    if lease.ip is not None:
+        names.append(f"{prefix}ip:{lease.ip}")
+    return names
+
+
+# KEYS: the listenKey's set, then the IP's (optional). ARGV: connection, now, lease expiry, key cap,
+# IP cap, seconds to keep a set. Expired leases (a crashed process's) are dropped before counting.
+OPEN_CONNECTION_LUA = """
+local caps = {tonumber(ARGV[4]), tonumber(ARGV[5])}
+for i = 1, #KEYS do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', ARGV[2])
+    if not redis.call('ZSCORE', KEYS[i], ARGV[1]) and redis.call('ZCARD', KEYS[i]) >= caps[i] then
+        return i
+    end
+end
+for i = 1, #KEYS do
+    redis.call('ZADD', KEYS[i], ARGV[3], ARGV[1])
+    redis.call('EXPIRE', KEYS[i], ARGV[6])
+end
+return 0
+"""
+
 
 class RedisStore:
     PREFIX = "streams:lk:"
     ACTIVE = "streams:active:"
+    CONNS = "streams:conns:"
 
     def __init__(self, url: str) -> None:
         import redis
 
-        self.redis = redis.Redis.from_url(url, decode_responses=True)
+        # Timeouts: a Redis that does not answer fails the request (-1126, -1001) instead of holding it.
+        self.redis = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=5)
+        self._open_connection = self.redis.register_script(OPEN_CONNECTION_LUA)
 
     def owner(self, key: str) -> int | None:
         value = self.redis.get(self.PREFIX + key)
@@ -113,6 +192,46 @@ class RedisStore:
     def ttl(self, key: str) -> float | None:
         millis = self.redis.pttl(self.PREFIX + key)
         return None if millis < 0 else millis / 1000
+
+    def connection_open(self, lease: Lease, *, key_cap: int, ip_cap: int, seconds: float) -> str | None:
+        """Count the connection, or say which cap it would exceed (and count nothing); one round trip."""
+        now = time.time()
+        refused = self._open_connection(
+            keys=_lease_sets(lease, prefix=self.CONNS),
+            args=[lease.connection, now, now + seconds, key_cap, ip_cap, int(seconds) + 1],
+        )
+        return {0: None, 1: OVER_KEY_CAP, 2: OVER_IP_CAP}[int(refused)]
+
+    def connection_close(self, lease: Lease) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for name in _lease_sets(lease, prefix=self.CONNS):
+            pipe.zrem(name, lease.connection)
+        pipe.execute()
+
+    def connections_renew(self, leases: list[Lease], *, seconds: float) -> None:
+        """Extend the leases of a process's live connections (one round trip). Only existing members
+        are renewed (XX): a connection that closed meanwhile is not counted again."""
+        if not leases:
+            return
+        expiry = time.time() + seconds
+        pipe = self.redis.pipeline(transaction=False)
+        names: set[str] = set()
+        for lease in leases:
+            for name in _lease_sets(lease, prefix=self.CONNS):
+                pipe.zadd(name, {lease.connection: expiry}, xx=True)
+                names.add(name)
+        for name in names:
+            pipe.expire(name, int(seconds) + 1)
+        pipe.execute()
+
+    def connection_count(self, *, key: str | None = None, ip: str | None = None) -> int:
+        name = self.CONNS + (f"lk:{key}" if key is not None else f"ip:{ip}")
+        return self.redis.zcount(name, time.time(), "+inf")
+
+
+def connection_lease_seconds() -> float:
+    """How long a connection's count outlives its process; its watcher renews it every third of that."""
+    return max(60.0, 6 * settings.STREAM_KEY_CHECK_SECONDS)
 
 
 @lru_cache(maxsize=4)

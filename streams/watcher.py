@@ -3,7 +3,8 @@ STREAM_KEY_CHECK_SECONDS it looks up every connection's listenKeys (one MGET) an
 account's current sequence (one query), in one hop to a thread, then tells each connection what
 concerns it: a key that died (the connection closes, or drops a further key) or changes committed
 beyond what it sent (it catches up from the change feed; the backstop for messages the channel
-layer dropped).
+layer dropped). In the same hop, every third of a lease, it renews the leases that count the
+process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
 from typing import TYPE_CHECKING
 
@@ -21,7 +23,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from streams import relay
-from streams.store import store
+from streams.store import Lease, connection_lease_seconds, store
 
 if TYPE_CHECKING:
     from streams.consumers import UserDataConsumer
@@ -41,12 +43,24 @@ def _look_up(keys: list[str], accounts: list[int]) -> tuple[dict[str, int | None
     return owners, seqs
 
 
+def _renew_and_look_up(
+    leases: list[Lease] | None, keys: list[str], accounts: list[int]
+) -> tuple[dict[str, int | None], dict[int, int]]:
+    if leases is not None:
+        try:
+            store().connections_renew(leases, seconds=connection_lease_seconds())
+        except Exception:
+            logger.exception("Could not renew the connections' leases; retrying at the next check")
+    return _look_up(keys, accounts)
+
+
 class KeyWatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.consumers: set[UserDataConsumer] = set()
         self.visits: dict[UserDataConsumer, asyncio.Task] = {}
         self.task: asyncio.Task | None = None
+        self.renewed_at = time.monotonic()  # new connections' leases are fresh
 
     def add(self, consumer: UserDataConsumer) -> None:
         self.consumers.add(consumer)
@@ -78,7 +92,11 @@ class KeyWatcher:
         accounts = sorted({account for consumer in consumers for account in consumer.last_seq})
         if not keys:
             return
-        owners, seqs = await database_sync_to_async(_look_up)(keys, accounts)
+        leases = None
+        if time.monotonic() - self.renewed_at >= connection_lease_seconds() / 3:
+            leases = [consumer.lease for consumer in consumers if consumer.lease is not None]
+            self.renewed_at = time.monotonic()
+        owners, seqs = await database_sync_to_async(_renew_and_look_up)(leases, keys, accounts)
         for consumer in consumers:
             running = self.visits.get(consumer)
             if consumer not in self.consumers or (running is not None and not running.done()):

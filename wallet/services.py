@@ -246,6 +246,7 @@ def withdrawal_apply(
                 stage=WithdrawalStage.AWAITING_APPROVAL if approval else WithdrawalStage.QUEUED,
             )
             ledger.post(
+                senders=(account.pk,),  # re-checked under the lock: a freeze committed since stops it
                 legs=ledger.hold(account.pk, net.coin.code, amount + fee),
                 kind=BusinessType.CHAIN_WITHDRAWAL,
                 reference=f"withdrawal:{withdrawal.pk}:hold",
@@ -286,13 +287,15 @@ def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
     """Broadcast and settle. Safe to run twice or after a crash at any point. A queued withdrawal of
     an account that may no longer send (frozen after applying) is not broadcast: it goes back to
     AWAITING_APPROVAL for operators to reject (funds return) or approve once the account may send."""
-    account = User.objects.filter(withdrawals__pk=withdrawal_id).first()
-    if account is not None and not policy.may_send(account):
+    # Compare-and-set on the stage and on the account's permission together (one statement): a
+    # freeze committed before it holds the withdrawal; one committed after is ordered after it.
+    if not Withdrawal.objects.filter(
+        pk=withdrawal_id, stage=WithdrawalStage.QUEUED, account__ledger__may_send=True
+    ).update(stage=WithdrawalStage.BROADCASTING, updated_at=timezone.now()):
         _transition(
             withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.AWAITING_APPROVAL,
             info=HELD_INFO,
         )
-    _transition(withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.BROADCASTING)
     Withdrawal.objects.filter(pk=withdrawal_id, stage=WithdrawalStage.BROADCASTING).update(attempts=F("attempts") + 1)
     withdrawal = Withdrawal.objects.select_related("network__coin").get(pk=withdrawal_id)
     if withdrawal.stage != WithdrawalStage.BROADCASTING:

@@ -66,6 +66,13 @@ class LedgerAccount(models.Model):
     track_limits = models.BooleanField(
         default=True, help_text="Keep limit counters (customers); the service's own accounts have no limits."
     )
+    may_send = models.BooleanField(
+        default=True,
+        db_default=True,  # also for raw INSERTs (ledger._open_ledger_accounts)
+        editable=False,
+        help_text="Kept by the database from the account (active, not frozen, may withdraw, not a system "
+        "account): read under the posting's lock, so a freeze stops every later movement out.",
+    )
 
     def __str__(self) -> str:
         return f"ledger of {self.user_id}"

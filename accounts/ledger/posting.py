@@ -174,6 +174,7 @@ def post(
     guard: Callable[[], None] | None = None,
     unchanged_since: tuple[int, int] | None = None,
     row: LinkedRow | None = None,
+    senders: Iterable[int] = (),
 ) -> PostingResult:
     """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
     would take a customer balance below zero, IntegrityError when `reference` was used before.
@@ -186,9 +187,13 @@ def post(
     together with that seq, and no posting has touched the account since (every posting advances
     the seq of each account it moves). `row`, when given, is the business row that belongs with
     the posting (a transfer), written with it (see LinkedRow): a caller needs no transaction of its
-    own around post() (which would cost a savepoint), and no round trip of its own."""
+    own around post() (which would cost a savepoint), and no round trip of its own. `senders` are the
+    accounts money leaves at their owner's request: each must be allowed to send (accounts/policy.py),
+    as its ledger row says under the lock (`may_send`, kept by the database from the account), else
+    AccountMayNotSend (-1152) and nothing is written: a freeze committed before the lock is taken
+    stops the posting, whatever the caller's cached view of the account."""
     with localcontext(prec=60):  # exact arithmetic on NUMERIC(36, 18) whatever the thread's context
-        return _post(legs, kind, reference, memo, actor_id, guard, row, unchanged_since)
+        return _post(legs, kind, reference, memo, actor_id, guard, row, unchanged_since, tuple(senders))
 
 
 @dataclass(frozen=True)
@@ -196,9 +201,12 @@ class _Locked:
     seq: int
     allow_negative: bool
     track_limits: bool
+    may_send: bool
 
 
-def _post(legs, kind, reference, memo, actor_id, guard=None, row=None, unchanged_since=None) -> PostingResult:
+def _post(
+    legs, kind, reference, memo, actor_id, guard=None, row=None, unchanged_since=None, senders=()
+) -> PostingResult:
     totals = _normalize(legs)
     if not totals:
         raise ValueError("A posting must move something")
@@ -215,6 +223,10 @@ def _post(legs, kind, reference, memo, actor_id, guard=None, row=None, unchanged
                 accounts = _lock_accounts(account_ids)
                 if len(accounts) < len(account_ids):
                     raise _MissingLedgerAccounts()
+                if any(not accounts[sender].may_send for sender in senders if sender in accounts):
+                    from accounts.policy import AccountMayNotSend
+
+                    raise AccountMayNotSend()
                 if guard is not None and not (
                     unchanged_since is not None
                     and unchanged_since[0] in accounts
@@ -277,7 +289,7 @@ def _lock_statement(count: int) -> str:
     found = _LOCK_STATEMENTS.get(count)
     if found is None:
         found = _LOCK_STATEMENTS[count] = (
-            "SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount"
+            "SELECT user_id, seq, allow_negative, track_limits, may_send FROM accounts_ledgeraccount"
             f" WHERE user_id IN ({', '.join(['%s::bigint'] * count)}) ORDER BY user_id FOR UPDATE"
         )
     return found
@@ -289,13 +301,14 @@ def _lock_accounts(account_ids: list[int]) -> dict[int, _Locked]:
     else:  # SQLite: one writer at a time; the posting's first write takes the database lock
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT user_id, seq, allow_negative, track_limits FROM accounts_ledgeraccount WHERE user_id IN ("
+                "SELECT user_id, seq, allow_negative, track_limits, may_send FROM accounts_ledgeraccount"
+                " WHERE user_id IN ("
                 + ", ".join(["%s"] * len(account_ids))
                 + ") ORDER BY user_id",
                 account_ids,
             )
             rows = cursor.fetchall()
-    return {row[0]: _Locked(row[1], bool(row[2]), bool(row[3])) for row in rows}
+    return {row[0]: _Locked(row[1], bool(row[2]), bool(row[3]), bool(row[4])) for row in rows}
 
 
 @dataclass

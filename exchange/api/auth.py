@@ -111,7 +111,22 @@ def _hides_a_pair(segment: str) -> bool:
     return "=" in segment.partition("=")[2]
 
 
-def boundary_is_unambiguous(query: str, body: str, names: frozenset[str] | None = None) -> bool:
+def _hides_a_named_pair(segment: str, names: frozenset[str]) -> bool:
+    """Whether a decoded `key=value` segment's value holds `=` right after one of the endpoint's
+    parameter names (`message=hiclient_transfer_id=abc`): the decoded text of two pairs joined,
+    the second one a parameter that an honest request could have carried at a query/body boundary."""
+    value = segment.partition("=")[2]
+    at = value.find("=")
+    while at != -1:
+        if any(value[:at].endswith(name) for name in names):
+            return True
+        at = value.find("=", at + 1)
+    return False
+
+
+def boundary_is_unambiguous(
+    query: str, body: str, names: frozenset[str] | None = None, json_body: bool = False, decoded: bool = False
+) -> bool:
     """totalParams joins query and body with nothing between them, so the same signed text can be
     cut in other places: a captured query `...&target_address=peer%40x.com` plus body `message=hi`
     resent as query `...peer%40x.co` plus body `mmessage=hi` sends to another address, and both
@@ -120,18 +135,28 @@ def boundary_is_unambiguous(query: str, body: str, names: frozenset[str] | None 
     - with `names` (the endpoint's parameters): where they meet without an `&`, the body's first
       key is one of them, and no other cut of the joined text would give a body starting with one;
     - with `names`: no value holds a raw `=` (two pairs joined, see _hides_a_pair), wherever the
-      boundary was when the client signed.
+      boundary was when the client signed;
+    - with `names`: no part read as form text begins with `{` or `[`: a JSON body's signed text
+      resent as a form body or a query string would be read as the pairs inside its strings.
+    Applied to every text a signature may be checked against, the percent-decoded forms included
+    (signature_candidates; `decoded`): `message=hiclient_transfer_id%3Dabc` decodes to two pairs
+    joined. In a decoded text a value may hold `=` (a client signs `a=1=2` for a = "1=2"), but not
+    right after a parameter name of the endpoint (_hides_a_named_pair).
     What cannot be told apart is a request the server would refuse as sent: a client whose body
     begins with a key the endpoint does not declare (`xamount=5`) is refused, but a cut of its text
     could read `amount=5`. Such a request never reaches an endpoint of ours as intended: clients
     begin the body with an endpoint parameter, or send everything in one part (docs/security.md)."""
-    if names is not None and any(
-        _hides_a_pair(segment)
-        for part in (query, body)
-        if part and not part.startswith("{")  # a JSON body is structured: nothing to re-cut
-        for segment in part.split("&")
-    ):
-        return False
+    if names is not None:
+        form_parts = (query,) if json_body else (query, body)  # a parsed JSON body is structured
+        if any(part.startswith(("{", "[")) for part in form_parts):
+            return False
+        if any(
+            _hides_a_named_pair(segment, names) if decoded else _hides_a_pair(segment)
+            for part in form_parts
+            if part
+            for segment in part.split("&")
+        ):
+            return False
     if not query or not body:
         return True
     last = query.rsplit("&", 1)[-1]
@@ -148,15 +173,21 @@ def boundary_is_unambiguous(query: str, body: str, names: frozenset[str] | None 
 
 
 def signature_candidates(
-    query: str, body: str, query_pairs, body_pairs, header_timestamp: str = "", names: frozenset[str] | None = None
+    query: str,
+    body: str,
+    query_pairs,
+    body_pairs,
+    header_timestamp: str = "",
+    names: frozenset[str] | None = None,
+    json_body: bool = False,
 ) -> list[str]:
-    """totalParams as sent, then the decoded forms the official clients sign; none when the text
-    could be read as other parameters (boundary_is_unambiguous, with the endpoint's parameter
-    `names`). A timestamp sent only in the X-SERVICE-TIMESTAMP header must be signed too, as if it
-    ended the query string; otherwise a captured request could be replayed forever with a fresh
-    header."""
+    """totalParams as sent, then the decoded forms the official clients sign; none that could be
+    read as other parameters (boundary_is_unambiguous, with the endpoint's parameter `names`; a
+    JSON body is `json_body`). A timestamp sent only in the X-SERVICE-TIMESTAMP header must be signed
+    too, as if it ended the query string; otherwise a captured request could be replayed forever
+    with a fresh header."""
     query, body = strip_signature(query), strip_signature(body)
-    if not boundary_is_unambiguous(query, body, names):
+    if not boundary_is_unambiguous(query, body, names, json_body):
         return []
     if header_timestamp:
         suffix = f"timestamp={header_timestamp}"
@@ -166,12 +197,15 @@ def signature_candidates(
     parsed_query = [(k, v) for k, v in query_pairs if k != "signature"]
     parsed_body = [(k, v) for k, v in body_pairs if k != "signature"]
     query_forms = [query, *_decoded_variants(query, parsed_query)]
-    body_forms = [body, *_decoded_variants(body, parsed_body)] if body_pairs is not None else [body]
+    body_forms = [body, *_decoded_variants(body, parsed_body)] if body_pairs is not None and not json_body else [body]
     for q in query_forms:
         for b in body_forms:
             text = q + b
-            if text not in candidates:
-                candidates.append(text)
+            if text in candidates or (
+                names is not None and not boundary_is_unambiguous(q, b, names, json_body, decoded=True)
+            ):
+                continue
+            candidates.append(text)
     return candidates
 
 
@@ -269,6 +303,7 @@ class RawRequest:
     body_pairs: list | None
     params: dict  # merged, blanks dropped
     ip: str
+    body_is_json: bool = False  # the body was read as a JSON object (not form text)
 
 
 def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
@@ -300,7 +335,8 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
             recv_window = RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
         candidates = signature_candidates(
-            raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp, endpoint.param_names
+            raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp, endpoint.param_names,
+            raw.body_is_json,
         )
         verify_signature(api_key.signer, provided, candidates)
         check_timing(timestamp, recv_window)
@@ -312,6 +348,8 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
         raise ApiKeyNotEnabled()
     if account.is_frozen:  # every key of a frozen account, for every endpoint (accounts/policy.py)
         raise ApiKeyNotEnabled(msg="This account is frozen: its API keys are disabled. Please contact support.")
+    if account.system_role is not None:  # the service's own ledger accounts have no API
+        raise ApiKeyNotEnabled()
     if endpoint.writes and api_key.is_read_only:
         raise UnsupportedOperation()
     if endpoint.key_type and endpoint.key_type not in api_key.types:

@@ -27,9 +27,10 @@ from exchange.api.errors import (
 
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
 _DECIMAL_RE = re.compile(r"[0-9]{1,30}(\.[0-9]{1,30})?")
-# Control characters (C0 but tab, line feed and carriage return; DEL; C1) have no place in any
-# parameter; PostgreSQL refuses a NUL in text outright.
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Control characters (C0 but tab, line feed and carriage return; DEL; C1) and lone surrogates (a JSON
+# `"\ud800"`, not UTF-8 at all) have no place in any parameter; PostgreSQL refuses a NUL in text
+# outright, and a surrogate cannot even be sent to it.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 # The spec's INT is 32 bits, LONG 64: a value outside is invalid (-1025) rather than a database error.
 KIND_RANGES = {"INT": (-(2**31), 2**31 - 1), "LONG": (-(2**63), 2**63 - 1)}
 # Paging skips at most this many rows (offset, or (page - 1) x page size): deeper pages are refused
@@ -67,6 +68,10 @@ def merge_params(
             if value != "" and key not in merged:
                 merged[key] = value
     return merged
+
+
+def is_json(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
 def body_pairs_from(content_type: str, body: bytes) -> tuple[str, list[tuple[str, str]]]:

@@ -51,7 +51,8 @@ MEMORY_MARGIN_MS = 2000
 MEMORY_EPOCH_KEY = "exchange/replay-memory-epoch"
 
 # KEYS: ban, memory epoch, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight,
-# uid weight, ip limit, uid limit, signature ms, now ms, signed timestamp ms.
+# uid weight, ip limit, uid limit, signature ms, (unused), signed timestamp ms. The epoch is taken
+# from Redis's clock (TIME), the one clock every process shares.
 # Returns {ban ms left, ip count, ip ms left, uid count, uid ms left, replayed}, replayed being 1
 # for a replay and 2 for a signature older than the memory epoch. A banned caller is not counted.
 # A signature already seen (or possibly seen before the storage's memory began) is refused: charged
@@ -62,8 +63,9 @@ local ban = redis.call('PTTL', KEYS[1])
 if ban > 0 then return {ban, 0, 0, -1, 0, 0} end
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then
-  redis.call('SET', KEYS[2], ARGV[7])
-  epoch = ARGV[7]
+  local now = redis.call('TIME')  -- one clock for every process: Redis's
+  epoch = tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  redis.call('SET', KEYS[2], epoch)
 end
 local function take(key, weight)
   local count = redis.call('INCRBY', key, weight)
@@ -93,6 +95,12 @@ return {0, ip, ip_ttl, uid, uid_ttl, 0}
 """.replace("MARGIN_MS", str(MEMORY_MARGIN_MS))
 
 
+_START_EPOCH_LUA = """
+local now = redis.call('TIME')
+return redis.call('SET', KEYS[1], tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)), 'NX')
+"""
+
+
 @dataclass(frozen=True)
 class Taken:
     ban_ms: int
@@ -113,6 +121,7 @@ class Counters:
         self._memory_epoch: int | None = None  # in memory: when this process's storage began
         if self._redis:
             self._take_script = storage.get_connection().register_script(_TAKE_LUA)
+            self._start_epoch_script = storage.get_connection().register_script(_START_EPOCH_LUA)
 
     def _key(self, key: str) -> str:
         return self.storage.prefixed_key(key) if self._redis else key
@@ -211,7 +220,7 @@ class Counters:
         embedded process) fall before the first client request rather than on it."""
         now_ms = time.time_ns() // 1_000_000
         if self._redis:
-            self.storage.get_connection().set(self._key(MEMORY_EPOCH_KEY), now_ms, nx=True)
+            self._start_epoch_script(keys=[self._key(MEMORY_EPOCH_KEY)])
         else:
             with self._lock:
                 if self._memory_epoch is None:

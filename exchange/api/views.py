@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 from accounts.keyring import keyrings
 from exchange.api.auth import SIGNING_PARAMS, EndpointAuth, RawRequest, Security, authenticate
 from exchange.api.errors import ApiKeyTypeWrong, BadRequest, MethodNotAllowed, NotFound
-from exchange.api.params import ParamSpec, body_pairs_from, merge_params, split_pairs
+from exchange.api.params import ParamSpec, body_pairs_from, is_json, merge_params, split_pairs
 from exchange.api.ratelimit import apply_weight_headers, charge
 
 READ_METHODS = frozenset({"GET", "HEAD"})
@@ -67,13 +67,13 @@ class GatewayApi(APIView):
         return spec
 
     def initial(self, request, *args, **kwargs) -> None:
-        super().initial(request, *args, **kwargs)
         http_request = request._request
         ip = http_request.client_ip
         ip_charged = False
         method = request.method
         ip_weight, uid_weight = self.option("ip_weight", method), self.option("uid_weight", method)
         try:
+            super().initial(request, *args, **kwargs)  # content negotiation may refuse: charged too
             if method.lower() not in self.http_method_names or not hasattr(self, method.lower()):
                 raise MethodNotAllowed(method)
             raw = self._raw_request(http_request, ip)
@@ -127,6 +127,7 @@ class GatewayApi(APIView):
             body_pairs=body_pairs,
             params=merge_params(query, body_text, body_pairs, query_pairs),
             ip=ip,
+            body_is_json=bool(body_text) and is_json(http_request.META.get("CONTENT_TYPE", "")),
         )
 
     def _endpoint_auth(self, method: str) -> EndpointAuth:

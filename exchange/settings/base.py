@@ -39,6 +39,12 @@ QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
 LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
 STREAM_MAX_STREAMS_PER_CONNECTION = 1024
+# Websocket bounds (docs/streams.md): connections per listenKey and per client IP (across every
+# server process), client messages per second per connection, longest client message.
+STREAM_MAX_CONNECTIONS_PER_KEY = env.int("STREAM_MAX_CONNECTIONS_PER_KEY", default=20)
+STREAM_MAX_CONNECTIONS_PER_IP = env.int("STREAM_MAX_CONNECTIONS_PER_IP", default=100)
+STREAM_MESSAGES_PER_SECOND = env.float("STREAM_MESSAGES_PER_SECOND", default=5.0)
+STREAM_MAX_MESSAGE_CHARS = env.int("STREAM_MAX_MESSAGE_CHARS", default=100_000)
 STREAM_MAX_CONNECTION_SECONDS = env.int("STREAM_MAX_CONNECTION_SECONDS", default=24 * 3600)
 # How often a connection re-checks that its listenKeys are alive (expiry closes the stream).
 STREAM_KEY_CHECK_SECONDS = env.float("STREAM_KEY_CHECK_SECONDS", default=5.0)

@@ -88,3 +88,35 @@ def test_statuses_take_ascii_digits_only(client, statuses):
 
 def test_ascii_statuses_are_accepted(client):
     assert client.get("/openapi/wallet/v1/deposit/history", {"statuses": "0, 1,3"}).status_code == 200
+
+
+def test_a_refused_content_negotiation_is_charged_and_a_ban_holds(db, settings):
+    """Found in review: `Accept: text/html` was refused before the charge, so neither counted nor
+    stopped by a ban."""
+    settings.IP_WEIGHT_LIMIT_PER_MINUTE = 2
+    anonymous = Client()
+    codes = [
+        anonymous.get(PING, HTTP_ACCEPT="text/html", REMOTE_ADDR="192.0.2.78").status_code for _ in range(4)
+    ]
+    assert codes[2:] == [429, 418]
+    assert anonymous.get(PING, REMOTE_ADDR="192.0.2.78").status_code == 418
+
+
+def test_a_lone_surrogate_in_a_json_string_is_invalid(client, settings):
+    """Found in review: `"\\ud800"` passed the checks and PostgreSQL could not be sent it: a 500."""
+    settings.UID_WEIGHT_LIMIT_PER_MINUTE = settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
+    from tests.conftest import hmac_hex, now_ms
+
+    text = (
+        '{"account":"PHP","target_address":"peer@demo.exchange","amount":"1","message":"\\ud800",'
+        f'"timestamp":"{now_ms()}"}}'
+    )
+    response = client.client.generic(
+        "POST",
+        f"/openapi/transfer/v4/transfers?signature={hmac_hex(client.secret, text)}",
+        data=text,
+        content_type="application/json",
+        headers={"X-SERVICE-APIKEY": client.api_key},
+    )
+    assert_error(response, -1025, 400)
+    assert Transfer.objects.count() == 0

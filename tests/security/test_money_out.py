@@ -207,3 +207,43 @@ def test_a_queued_withdrawal_of_an_account_frozen_since_is_held_not_broadcast(ma
     assert rejected.stage == WithdrawalStage.FAILED
     assert Balance.objects.get(account__email=MASTER, asset__code="BTC").locked == locked - Decimal("0.0105")
     assert ledger_check().ok
+
+
+# --- the service's own accounts ---------------------------------------------------------------------
+
+
+def test_system_accounts_never_send_and_have_no_keys():
+    """Found in review: an operator could activate a system account (e.g. equity) and give it a key;
+    that key then minted money with transfers."""
+    from accounts import services as account_services
+    from accounts.admin import may_edit_user
+    from accounts.models import SystemRole
+    from accounts.policy import may_send
+
+    equity = User.objects.get(system_role=SystemRole.EQUITY)
+    equity.is_active = True
+    assert not may_send(equity)
+    with pytest.raises(ValueError, match="system accounts"):
+        account_services.api_key_create(user=equity, name="mint")
+    operator = User.objects.create_user("operator@test.example", "pw", is_staff=True)
+    assert not may_edit_user(operator, equity)
+
+
+def test_a_key_of_a_system_account_made_behind_the_services_back_is_refused():
+    from accounts.crypto import encrypt_secret
+    from accounts.models import ApiKey, SystemRole
+
+    equity = User.objects.get(system_role=SystemRole.EQUITY)
+    User.objects.filter(pk=equity.pk).update(is_active=True)
+    ApiKey.objects.create(user=equity, name="raw", key="RawSystemKey1", secret_ciphertext=encrypt_secret("s3cret"))
+    client = SignedClient("RawSystemKey1", "s3cret")
+    refused(client, V4, {"account": "PHP", "target_address": PEER, "amount": "40000"}, -2015, 401)
+
+
+@pytest.mark.parametrize("address", ["639170000002", " 639170000002", "+63 917 000 0002", "0639170000002"])
+def test_a_recipient_phone_number_must_be_e164(make_key, make_user, address):
+    """A lookalike number registered without `+` (or a `+` turned into a space on the way) is never
+    a transfer's recipient."""
+    make_user(phone="639170000002")
+    client = client_with(MASTER, make_key)
+    refused(client, V4, {"account": "PHP", "target_address": address, "amount": "1"}, -1151, 404)

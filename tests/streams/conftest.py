@@ -44,10 +44,15 @@ def deposit_from_threads(world: int, account_of, count: int, threads: int, prefi
     return asyncio.gather(*(sync_to_async(share, thread_sensitive=False)(i + 1) for i in range(threads)))
 
 
-def communicator(listen_key: str) -> WebsocketCommunicator:
+def communicator(listen_key: str, client: str | None = None, headers=None) -> WebsocketCommunicator:
+    """A test client of /openapi/ws/<listen_key>; `client`: the peer address the server sees (none
+    by default, as on a unix socket: not counted per IP)."""
     from exchange.asgi import application
 
-    return WebsocketCommunicator(application, f"/openapi/ws/{listen_key}")
+    ws = WebsocketCommunicator(application, f"/openapi/ws/{listen_key}", headers=headers)
+    if client is not None:
+        ws.scope["client"] = [client, 50000]
+    return ws
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +63,7 @@ def _fresh_listen_keys():
 
     redis = getattr(store(), "redis", None)
     if redis is not None:
-        for pattern in ("streams:lk:*", "streams:active:*"):
+        for pattern in ("streams:lk:*", "streams:active:*", "streams:conns:*"):
             for name in redis.scan_iter(pattern):
                 redis.delete(name)
 

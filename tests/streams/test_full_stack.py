@@ -85,6 +85,8 @@ def _server_env(**overrides: str) -> dict[str, str]:
     # FULLSTACK_SETTINGS: run the servers with another settings module (e.g. to try a fix).
     settings_module = os.environ.get("FULLSTACK_SETTINGS", "exchange.settings.base")
     env.update(DJANGO_SETTINGS_MODULE=settings_module, DEBUG="false", LOG_LEVEL="WARNING")
+    # Hundreds of clients connect at once from 127.0.0.1 here: room above the per-IP cap's 100.
+    env.setdefault("STREAM_MAX_CONNECTIONS_PER_IP", "1000")
     for name in ("RATE_LIMIT_STORAGE_URL", "CELERY_BROKER_URL"):
         env.pop(name, None)
     env.update(overrides)

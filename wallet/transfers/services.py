@@ -5,6 +5,7 @@ sender (a database constraint), so a repeat moves nothing."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from decimal import Decimal
 
@@ -22,6 +23,10 @@ from wallet.services import fits_precision
 
 logger = logging.getLogger(__name__)
 
+
+# A recipient's phone number is E.164 (`+` and 7 to 15 digits): a number sent as `%2B63...` and
+# resent raw as `+63...` (read as a space) must not find another account (docs/security.md, M2).
+_E164 = re.compile(r"\+[1-9][0-9]{6,14}")
 
 assets = TtlCache(10.0)
 transfer_fees = TtlCache(10.0)
@@ -49,6 +54,8 @@ def transfer_create(
     if asset is None:
         raise errors.unknown("account")
     policy.require_may_send(sender)
+    if "@" not in target_address and not _E164.fullmatch(target_address.strip()):
+        raise UserNotFound(msg="No account has this target_address.")
     # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
     # check runs on them now, and again under the lock only if it refused or the seq has moved).
     recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
@@ -100,6 +107,7 @@ def transfer_create(
         # transfer): a repeat, even a concurrent twin, fails there and moves nothing. The transfer
         # row is written in the posting's own statement.
         result = ledger.post(
+            senders=(sender.pk,),  # re-checked under the lock: a freeze committed since stops it
             guard=guard,
             unchanged_since=(sender.pk, snap.seq) if checked and snap.seq is not None else None,
             row=ledger.LinkedRow(Transfer, values),
