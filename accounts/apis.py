@@ -81,7 +81,6 @@ class CryptoAccountListApi(GatewayApi):
     security = Security.USER_DATA
     ip_weight = 1
     uid_weight = 1
-    recv_window_required = True
     params_spec = ParamSpec((Param("currency", max_length=16, description="One currency, e.g. BTC."),))
     response_example = {
         "crypto-accounts": [

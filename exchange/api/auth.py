@@ -28,7 +28,6 @@ from exchange.api.errors import (
     BindIpWhiteListFirst,
     InvalidSignature,
     IpNotInWhitelist,
-    MissingParameter,
     TimestampOutOfWindow,
     Unauthorized,
     UnsupportedOperation,
@@ -278,7 +277,6 @@ class EndpointAuth:
     key_type: str | None  # the functional key type the endpoint needs, if any
     writes: bool  # a read-only key is refused (-1020)
     ip_whitelist_required: bool  # the key must be IP-restricted (-1023)
-    recv_window_required: bool = False  # a few endpoints make recvWindow mandatory (-1105)
     # The endpoint's parameter names with SIGNING_PARAMS: how a signed text may be read (M2 of
     # docs/security.md). None: no rule on names (only whole pairs at the boundary).
     param_names: frozenset[str] | None = None
@@ -326,13 +324,9 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
         header_timestamp = "" if raw.params.get("timestamp") else raw.meta.get(_TIMESTAMP_META, "").strip()
         timestamp_text = raw.params.get("timestamp") or header_timestamp
         timestamp = TIMESTAMP.parse(timestamp_text) if timestamp_text else TIMESTAMP.parse_missing()
+        # Optional on every endpoint (docs/api.md): the official clients send it empty or not at all.
         recv_text = raw.params.get("recvWindow")
-        if recv_text:
-            recv_window = RECV_WINDOW.parse(recv_text)
-        elif endpoint.recv_window_required:
-            raise MissingParameter("recvWindow")
-        else:
-            recv_window = RECV_WINDOW.default
+        recv_window = RECV_WINDOW.parse(recv_text) if recv_text else RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
         candidates = signature_candidates(
             raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp, endpoint.param_names,

@@ -40,7 +40,6 @@ class GatewayApi(APIView):
     uid_weight: ClassVar[int] = 0
     key_type: ClassVar[str | None] = None
     ip_whitelist_required: ClassVar[bool] = False
-    recv_window_required: ClassVar[bool] = False
     # Whether a call moves or changes something (a read-only key is refused, -1020). None: every
     # method but GET and HEAD.
     is_write: ClassVar[bool | None] = None
@@ -50,7 +49,7 @@ class GatewayApi(APIView):
     response_example: ClassVar[Any] = None
     http_method_names: ClassVar[list[str]] = ["get", "post", "put", "delete", "head"]
     # Per-method overrides of the declarations above, when one path serves two endpoints:
-    # {"GET": {"ip_weight": 10, "recv_window_required": True}}.
+    # {"GET": {"ip_weight": 10, "uid_weight": 10}}.
     per_method: ClassVar[dict[str, dict[str, Any]]] = {}
 
     params: dict[str, Any]
@@ -139,7 +138,6 @@ class GatewayApi(APIView):
                 key_type=self.key_type,
                 writes=method not in READ_METHODS if self.is_write is None else self.is_write,
                 ip_whitelist_required=self.ip_whitelist_required,
-                recv_window_required=self.option("recv_window_required", method),
                 param_names=frozenset(param.name for param in self.spec_for(method).params) | SIGNING_PARAMS,
             )
         return found

@@ -401,8 +401,19 @@ def test_sub_account_key_sees_the_sub_accounts_own_balances(master, make_user, a
 # --- GET /openapi/account/v3/crypto-accounts -----------------------------------------------------
 
 
-def test_crypto_accounts_requires_recv_window(customer, client_of):
-    error = assert_error(client_of(customer).get(CRYPTO), -1105, 400)
+@pytest.mark.parametrize("recv_window", [None, "", "60000"], ids=["absent", "empty", "60000"])
+def test_crypto_accounts_recv_window_is_optional(customer, client_of, recv_window):
+    """The official connector's crypto_accounts and the Postman request send recvWindow empty or not
+    at all: the clients win over the spec's table (docs/api.md)."""
+    params = {} if recv_window is None else {"recvWindow": recv_window}
+    response = client_of(customer).get(CRYPTO, params)
+    assert response.status_code == 200, response.content
+    assert "crypto-accounts" in response.json()
+
+
+@pytest.mark.parametrize("recv_window", ["5s", "-1", "0"])
+def test_crypto_accounts_recv_window_not_a_window_is_invalid(customer, client_of, recv_window):
+    error = assert_error(client_of(customer).get(CRYPTO, {"recvWindow": recv_window}), -1025, 400)
     assert "recvWindow" in error["msg"]
 
 

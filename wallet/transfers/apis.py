@@ -70,7 +70,6 @@ class TransferQueryApi(GatewayApi):
     security = Security.USER_DATA
     ip_weight = 10
     uid_weight = 10
-    recv_window_required = True
     params_spec = ParamSpec(
         (
             Param("id", max_length=32),
@@ -141,7 +140,6 @@ class V3TransfersApi(TransferQueryApi):
         "POST": {
             "ip_weight": TransferCreateApi.ip_weight,
             "uid_weight": TransferCreateApi.uid_weight,
-            "recv_window_required": False,
             "response_example": _CREATED_EXAMPLE,
         }
     }
