@@ -20,7 +20,7 @@ from django.utils import timezone
 from accounts import ledger, policy
 from accounts.ledger.models import BusinessType
 from accounts.limits import outflow_refusal, tier_for, value_in
-from accounts.models import LedgerAccount, SystemRole, User
+from accounts.models import SystemRole, User
 from wallet import errors
 from wallet.chain import BroadcastFailed, TxState, adapter
 from wallet.models import (
@@ -224,17 +224,6 @@ def withdrawal_apply(
     approval = value_in("PHP", net.coin, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
     try:
         with transaction.atomic():
-            # The account's ledger row serializes this account's withdrawals: the limit check and
-            # the hold see each other.
-            LedgerAccount.objects.select_for_update().get_or_create(user=account)
-            refused = outflow_refusal(account, net.coin, amount + fee, withdrawal=True)
-            if refused:
-                raise errors.limit_exceeded(*refused)
-            if (
-                withdraw_order_id
-                and Withdrawal.objects.filter(account=account, withdraw_order_id=withdraw_order_id).exists()
-            ):
-                raise errors.duplicate("withdrawOrderId")
             withdrawal = Withdrawal.objects.create(
                 account=account,
                 network=net,
@@ -244,9 +233,18 @@ def withdrawal_apply(
                 fee=fee,
                 withdraw_order_id=withdraw_order_id,
                 stage=WithdrawalStage.AWAITING_APPROVAL if approval else WithdrawalStage.QUEUED,
-            )
+            )  # a repeated withdrawOrderId fails here, at its unique constraint
+
+            def guard() -> None:
+                # Under the account's ledger lock (the posting's): the limit check sees every earlier
+                # movement of this account, and concurrent withdrawals see each other's holds.
+                refused = outflow_refusal(account, net.coin, amount + fee, withdrawal=True)
+                if refused:
+                    raise errors.limit_exceeded(*refused)
+
             ledger.post(
                 senders=(account.pk,),  # re-checked under the lock: a freeze committed since stops it
+                guard=guard,
                 legs=ledger.hold(account.pk, net.coin.code, amount + fee),
                 kind=BusinessType.CHAIN_WITHDRAWAL,
                 reference=f"withdrawal:{withdrawal.pk}:hold",

@@ -1,6 +1,8 @@
 """Admin for the ledger: assets and limit tiers are edited; balances, postings, entries, the change
 feed and check results are read-only; money moves only through the adjustment form (a service)."""
 
+import uuid
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -91,6 +93,10 @@ class LedgerCheckRunAdmin(ReadOnlyAdmin):
 
 
 class AdjustmentForm(forms.ModelForm):
+    # Made when the form is shown and sent back with it: the same form submitted twice posts once
+    # (ledger.services.adjustment_create).
+    request_id = forms.UUIDField(widget=forms.HiddenInput, required=False, initial=uuid.uuid4)
+
     class Meta:
         model = ManualAdjustment
         fields = ("account", "asset", "amount", "reason")
@@ -134,6 +140,7 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
             amount=data["amount"],
             reason=data["reason"],
             created_by=request.user,
+            request_id=data.get("request_id"),
         )
         obj.pk = created.pk
         obj.refresh_from_db()

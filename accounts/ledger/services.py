@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from accounts.ledger.models import Asset, BusinessType, ManualAdjustment, Posting
 from accounts.ledger.posting import move, post
@@ -14,10 +14,20 @@ from accounts.models import SystemRole, User
 
 
 def adjustment_create(
-    *, account: User, asset: Asset, amount: Decimal, reason: str, created_by: User
+    *,
+    account: User,
+    asset: Asset,
+    amount: Decimal,
+    reason: str,
+    created_by: User,
+    request_id: uuid.UUID | None = None,
 ) -> ManualAdjustment:
     """Credit (positive) or debit (negative) `account` against the equity account, recorded with
-    the reason and the operator. A debit beyond the free balance is refused (-1131)."""
+    the reason and the operator. A debit beyond the free balance is refused (-1131).
+
+    `request_id` (the admin form carries one, made when the form is shown) makes it idempotent: it is
+    the posting's unique reference, so the same form submitted twice (a double click, a resend)
+    posts once and returns the first adjustment. Without it, every call is a new adjustment."""
     if not reason.strip():
         raise ValueError("An adjustment needs a reason.")
     if amount == 0:
@@ -26,22 +36,29 @@ def adjustment_create(
         raise ValueError("Adjustments are made to customer accounts.")
     equity = system_account_id(SystemRole.EQUITY)
     legs = move(equity, account.pk, asset.code, amount) if amount > 0 else move(account.pk, equity, asset.code, -amount)
-    with transaction.atomic():
-        result = post(
-            legs=legs,
-            kind=BusinessType.OTHERS,
-            reference=f"adjustment:{uuid.uuid4()}",
-            memo=f"adjustment by {created_by.email}: {reason}"[:255],
-            actor_id=created_by.pk,
-        )
-        return ManualAdjustment.objects.create(
-            account=account,
-            asset=asset,
-            amount=amount,
-            reason=reason,
-            created_by=created_by,
-            posting=Posting.objects.get(pk=result.posting_id),
-        )
+    reference = f"adjustment:{request_id or uuid.uuid4()}"
+    try:
+        with transaction.atomic():
+            result = post(
+                legs=legs,
+                kind=BusinessType.OTHERS,
+                reference=reference,
+                memo=f"adjustment by {created_by.email}: {reason}"[:255],
+                actor_id=created_by.pk,
+            )
+            return ManualAdjustment.objects.create(
+                account=account,
+                asset=asset,
+                amount=amount,
+                reason=reason,
+                created_by=created_by,
+                posting=Posting.objects.get(pk=result.posting_id),
+            )
+    except IntegrityError:
+        existing = ManualAdjustment.objects.filter(posting__reference=reference).first() if request_id else None
+        if existing is None:
+            raise
+        return existing
 
 
 def funding_post(

@@ -3,6 +3,7 @@ and check results are read-only; money moves only through the manual adjustment 
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 
 import pytest
@@ -219,8 +220,12 @@ def test_posting_changelist_lists_postings(root, customer):
 # --- manual adjustments --------------------------------------------------------------------------
 
 
-def _adjust(client: Client, account: User, asset: Asset, amount: str, reason: str = "goodwill credit", **kw):
+def _adjust(
+    client: Client, account: User, asset: Asset, amount: str, reason: str = "goodwill credit", request_id=None, **kw
+):
     data = {"account": account.pk, "asset": asset.pk, "amount": amount, "reason": reason, "_save": "Save"}
+    if request_id is not None:
+        data["request_id"] = request_id
     return client.post(_url("manualadjustment", "add"), data, **kw)
 
 
@@ -344,3 +349,36 @@ def test_ledger_check_after_many_adjustments(root, customer, btc, make_user):
     assert ManualAdjustment.objects.count() == 4
     result = ledger_check()
     assert result.ok, result.report()
+
+
+def test_the_same_adjustment_form_submitted_twice_posts_once(ops, customer, btc):
+    """The form carries a request id made when it is shown; a double submit (or a resend after a
+    timeout) of that form returns the first adjustment and moves nothing more."""
+    page = ops.get(_url("manualadjustment", "add")).content.decode()
+    assert 'name="request_id"' in page
+    request_id = str(uuid.uuid4())
+    for _ in range(2):
+        response = _adjust(ops, customer, btc, "0.25", reason="ticket 43", request_id=request_id)
+        assert response.status_code == 302, response.content[:2000]
+    assert ManualAdjustment.objects.count() == 1
+    assert _balance(customer.id) == (Decimal("1.75"), Decimal("0.5"))
+    assert ledger_check().ok
+    # Another form (another request id) is another adjustment.
+    assert _adjust(ops, customer, btc, "0.25", reason="ticket 44", request_id=str(uuid.uuid4())).status_code == 302
+    assert ManualAdjustment.objects.count() == 2
+    assert _balance(customer.id) == (Decimal("2.00"), Decimal("0.5"))
+
+
+def test_adjustment_service_with_a_request_id_is_idempotent(superuser, customer, btc):
+    from accounts.ledger.services import adjustment_create
+
+    request_id = uuid.uuid4()
+    first = adjustment_create(
+        account=customer, asset=btc, amount=Decimal("1"), reason="r", created_by=superuser, request_id=request_id
+    )
+    again = adjustment_create(
+        account=customer, asset=btc, amount=Decimal("1"), reason="r", created_by=superuser, request_id=request_id
+    )
+    assert again.pk == first.pk
+    assert ManualAdjustment.objects.count() == 1
+    assert ledger_check().ok
