@@ -26,7 +26,8 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts and API keys"
 
     def ready(self) -> None:
-        from accounts.models import ApiKey, User
+        from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
+        from exchange.ttlcache import clear_all
 
         # Cache invalidation, not business logic: any saved change to a key or an account (admin,
         # services, shell) evicts the gateway's cached keyring of that account.
@@ -39,3 +40,8 @@ class AccountsConfig(AppConfig):
         for model in (ApiKey, User):
             post_save.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-save-{model.__name__}")
             post_delete.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-delete-{model.__name__}")
+        # Reference data cached per process (exchange/ttlcache.py): a save here clears it at once.
+        for model in (Asset, LimitTier, TierLimit):
+            label = f"accounts.{model.__name__}"
+            post_save.connect(clear_all, sender=model, dispatch_uid=f"ttlcache-save-{label}")
+            post_delete.connect(clear_all, sender=model, dispatch_uid=f"ttlcache-delete-{label}")

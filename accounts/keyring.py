@@ -33,7 +33,7 @@ from django.db import connection, transaction
 from accounts.crypto import decrypt_secret
 from accounts.ledger.posting import fetch_prepared
 from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
-from exchange.api.auth import signer
+from exchange.api.signing import signer
 
 logger = logging.getLogger(__name__)
 

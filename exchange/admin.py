@@ -2,6 +2,7 @@ from django.contrib import admin, messages
 from django.utils import timezone
 
 from exchange import services
+from exchange.api import ratelimit
 from exchange.models import BusinessStatus, RateLimitBan
 
 
@@ -49,5 +50,5 @@ class RateLimitBanAdmin(admin.ModelAdmin):
     @admin.action(description="Lift the selected bans now", permissions=["change"])
     def lift_bans(self, request, queryset):
         for ban in queryset:
-            services.rate_limit_ban_lift(ban=ban, lifted_by=request.user)
+            ratelimit.rate_limit_ban_lift(ban=ban, lifted_by=request.user)
         self.message_user(request, f"Lifted {queryset.count()} ban(s).", messages.SUCCESS)

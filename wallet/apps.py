@@ -1,5 +1,15 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 
 
 class WalletConfig(AppConfig):
     name = "wallet"
+
+    def ready(self) -> None:
+        from exchange.ttlcache import clear_all
+        from wallet.models import TransferFee
+
+        # Reference data cached per process (exchange/ttlcache.py): a save here clears it at once.
+        label = "wallet.TransferFee"
+        post_save.connect(clear_all, sender=TransferFee, dispatch_uid=f"ttlcache-save-{label}")
+        post_delete.connect(clear_all, sender=TransferFee, dispatch_uid=f"ttlcache-delete-{label}")

@@ -10,7 +10,6 @@ re-encoded to merge parameters (`a=1%26b%3D2` decodes to the text of `a=1&b=2`).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import ipaddress
 import math
@@ -33,6 +32,7 @@ from exchange.api.errors import (
     UnsupportedOperation,
 )
 from exchange.api.params import RECV_WINDOW, TIMESTAMP
+from exchange.api.signing import hexdigest
 
 API_KEY_HEADER = "X-SERVICE-APIKEY"
 SIGNATURE_HEADER = "X-SERVICE-SIGNATURE"
@@ -208,22 +208,6 @@ def signature_candidates(
     return candidates
 
 
-def signer(secret: str) -> hmac.HMAC:
-    """HMAC-SHA256 keyed with `secret`, to be copied per message (the keyring keeps one per key)."""
-    return hmac.new(secret.encode(), digestmod=hashlib.sha256)
-
-
-def _hexdigest(keyed: hmac.HMAC, text: str) -> str:
-    mac = keyed.copy()
-    mac.update(text.encode())
-    return mac.hexdigest()
-
-
-def sign(secret: str, text: str) -> str:
-    """The signature a client sends for `text` (tests and tools sign with it)."""
-    return _hexdigest(signer(secret), text)
-
-
 def verify_signature(keyed: hmac.HMAC | None, provided: str | None, candidates: list[str]) -> None:
     """`keyed` None: the key's secret could not be decrypted (accounts.keyring): nothing verifies."""
     if keyed is None or not provided or not _HEX64.fullmatch(provided):
@@ -231,7 +215,7 @@ def verify_signature(keyed: hmac.HMAC | None, provided: str | None, candidates: 
     provided = provided.lower()
     ok = False
     for text in candidates:  # no early exit: the time taken does not depend on which one matched
-        ok |= hmac.compare_digest(_hexdigest(keyed, text), provided)
+        ok |= hmac.compare_digest(hexdigest(keyed, text), provided)
     if not ok:
         raise InvalidSignature()
 

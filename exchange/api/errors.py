@@ -121,9 +121,6 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     """DRF's EXCEPTION_HANDLER: every failure becomes the envelope."""
     request = context.get("request")
     error = _translate(exc, request.method if request is not None else "?")
-    response = Response(error.as_dict(), status=error.http_status, headers=error.headers)
-    if request is not None:
-        from exchange.api.ratelimit import apply_weight_headers
-
-        apply_weight_headers(request, response)
-    return response
+    # The used-weight headers are added by GatewayApi.finalize_response, which every response of a
+    # charged request passes through (Django's own error pages: exchange/api/handlers.py).
+    return Response(error.as_dict(), status=error.http_status, headers=error.headers)

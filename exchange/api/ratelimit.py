@@ -30,14 +30,18 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import lru_cache
 
 from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
 from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
 from redis.exceptions import RedisError
 
 from exchange.api.errors import Disconnected, IpBanned, SignatureReplayed, TimestampOutOfWindow, TooManyRequests
+from exchange.models import RateLimitBan
 
 logger = logging.getLogger(__name__)
 
@@ -263,6 +267,47 @@ def forgive(ip: str) -> None:
         store.clear(key)
 
 
+# Bans: the rows (what ops see and lift in the admin) and their mirror in the storage (what the
+# request path reads), kept together here.
+
+
+def ban_duration_seconds(*, offence: int) -> int:
+    """2 minutes for a first offence, doubling with each repeat, at most 3 days (settings)."""
+    low, high = settings.RATE_LIMIT_BAN_MIN_SECONDS, settings.RATE_LIMIT_BAN_MAX_SECONDS
+    return min(high, low * 2 ** min(offence - 1, 40))
+
+
+def rate_limit_ban_create(*, ip: str, reason: str) -> RateLimitBan:
+    now = timezone.now()
+    escalation_start = now - timedelta(seconds=settings.RATE_LIMIT_BAN_MAX_SECONDS)
+    offence = RateLimitBan.objects.filter(ip=ip, created_at__gte=escalation_start).count() + 1
+    duration = ban_duration_seconds(offence=offence)
+    with transaction.atomic():
+        ban = RateLimitBan.objects.create(
+            ip=ip,
+            offence=offence,
+            duration_seconds=duration,
+            reason=reason[:200],
+            expires_at=now + timedelta(seconds=duration),
+        )
+    counters().ban(ban_key(ip), duration)
+    logger.warning("IP %s banned for %s s (offence %s): %s", ip, duration, offence, reason)
+    return ban
+
+
+def rate_limit_ban_lift(*, ban: RateLimitBan, lifted_by=None) -> RateLimitBan:
+    """End a ban now. Lifting an older ban of an address lifts the address."""
+    now = timezone.now()
+    with transaction.atomic():
+        RateLimitBan.objects.filter(ip=ban.ip, lifted_at__isnull=True, expires_at__gt=now).update(
+            lifted_at=now, lifted_by=lifted_by
+        )
+    forgive(ban.ip)
+    ban.refresh_from_db()
+    logger.info("Ban of %s lifted by %s", ban.ip, lifted_by)
+    return ban
+
+
 def _item(counter: str) -> RateLimitItemPerMinute:
     limit = settings.IP_WEIGHT_LIMIT_PER_MINUTE if counter == "ip" else settings.UID_WEIGHT_LIMIT_PER_MINUTE
     return RateLimitItemPerMinute(limit, namespace=f"exchange-{counter}")
@@ -362,8 +407,6 @@ def _over_limit(ip: str, counter: str, count: int, limit: int, window_ms: int) -
     if warned == 1:
         raise TooManyRequests(limit, "1 minute", headers={"Retry-After": str(retry_after)})
     if warned == 2:  # exactly one request per window creates the ban
-        from exchange.services import rate_limit_ban_create
-
         ban = rate_limit_ban_create(ip=ip, reason=f"continued after 429 on the {counter} limit ({count}/{limit})")
         _refuse_banned(ban.duration_seconds)
     _refuse_banned(retry_after)  # the ban is being recorded by a concurrent request

@@ -14,6 +14,7 @@ from django.urls import reverse
 from accounts.crypto import decrypt_secret
 from accounts.models import ApiKey, ApiKeyStatus, User
 from exchange import services
+from exchange.api import ratelimit
 from exchange.models import BusinessStatus, RateLimitBan
 from tests.conftest import SignedClient, assert_error
 
@@ -91,7 +92,7 @@ def test_login_page_and_index(root):
 
 def test_every_registered_changelist_opens_for_a_superuser(root, customer, make_key):
     make_key(customer)
-    services.rate_limit_ban_create(ip="192.0.2.1", reason="test")
+    ratelimit.rate_limit_ban_create(ip="192.0.2.1", reason="test")
     services.business_status_set(business_type="SPOT", is_on=True)
     assert admin.site._registry, "nothing registered"
     for model in admin.site._registry:
@@ -102,7 +103,7 @@ def test_every_registered_changelist_opens_for_a_superuser(root, customer, make_
 
 def test_change_pages_open(root, customer, make_key):
     api_key, _ = make_key(customer)
-    ban = services.rate_limit_ban_create(ip="192.0.2.1", reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip="192.0.2.1", reason="test")
     status = services.business_status_set(business_type="SPOT", is_on=True)
     for url in (
         reverse("admin:accounts_apikey_change", args=[api_key.pk]),
@@ -198,8 +199,8 @@ def test_disabling_a_key_on_its_change_page(root, customer, make_key):
 
 
 def test_ban_changelist_shows_bans_and_lift_action_lifts_only_the_selected(root, client):
-    ban_a = services.rate_limit_ban_create(ip="192.0.2.1", reason="test a")
-    services.rate_limit_ban_create(ip="192.0.2.2", reason="test b")
+    ban_a = ratelimit.rate_limit_ban_create(ip="192.0.2.1", reason="test a")
+    ratelimit.rate_limit_ban_create(ip="192.0.2.2", reason="test b")
     assert_error(client.get("/openapi/v1/ping", REMOTE_ADDR="192.0.2.1"), -1003, 418)
 
     page = root.get(reverse("admin:exchange_ratelimitban_changelist"))
@@ -222,7 +223,7 @@ def test_bans_cannot_be_added_in_the_admin(root):
 
 
 def test_operations_can_lift_a_ban(ops, client):
-    ban = services.rate_limit_ban_create(ip="192.0.2.3", reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip="192.0.2.3", reason="test")
     assert _action(ops, "exchange_ratelimitban", "lift_bans", [ban.pk]).status_code == 302
     ban.refresh_from_db()
     assert ban.lifted_at is not None
@@ -300,7 +301,7 @@ def test_operations_can_add_a_key(ops, customer):
 
 def test_support_can_view_the_lists(support, customer, make_key):
     make_key(customer)
-    services.rate_limit_ban_create(ip="192.0.2.4", reason="test")
+    ratelimit.rate_limit_ban_create(ip="192.0.2.4", reason="test")
     assert support.get(reverse("admin:index")).status_code == 200
     for name in ("accounts_apikey", "accounts_user", "exchange_ratelimitban", "exchange_businessstatus"):
         assert support.get(reverse(f"admin:{name}_changelist")).status_code == 200, name
@@ -316,7 +317,7 @@ def test_support_can_open_an_api_key_read_only(support, customer, make_key):
 
 
 def test_support_can_open_the_other_change_pages_read_only(support, customer):
-    ban = services.rate_limit_ban_create(ip="192.0.2.4", reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip="192.0.2.4", reason="test")
     row = services.business_status_set(business_type="SPOT", is_on=True)
     for url in (
         reverse("admin:accounts_user_change", args=[customer.pk]),
@@ -334,7 +335,7 @@ def test_support_gets_403_on_the_api_key_add_page(support, customer):
 
 def test_support_cannot_disable_keys_lift_bans_or_switch_businesses(support, customer, make_key, client):
     api_key, _ = make_key(customer)
-    ban = services.rate_limit_ban_create(ip="192.0.2.4", reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip="192.0.2.4", reason="test")
     row = services.business_status_set(business_type="SPOT", is_on=True)
 
     _action(support, "accounts_apikey", "disable_keys", [api_key.pk])

@@ -7,7 +7,7 @@ from django.test import override_settings
 
 from accounts import services
 from accounts.keyring import KeyringCache, keyrings
-from exchange.api.auth import sign
+from exchange.api.signing import sign
 from tests.conftest import SignedClient, assert_error
 
 

@@ -17,7 +17,6 @@ from django.db import connection
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from exchange import services
 from exchange.api import ratelimit
 from exchange.models import RateLimitBan
 from tests.conftest import SignedClient, assert_error
@@ -159,10 +158,10 @@ def test_requests_while_banned_get_418_and_create_no_more_bans(client):
 
 
 def test_requests_while_banned_are_not_counted(client):
-    ban = services.rate_limit_ban_create(ip=IP_A, reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip=IP_A, reason="test")
     for _ in range(10):
         assert_418(ping(client), 1, 121)
-    services.rate_limit_ban_lift(ban=ban)
+    ratelimit.rate_limit_ban_lift(ban=ban)
     response = ping(client)
     assert response.status_code == 200
     assert response[WEIGHT] == "1"
@@ -196,7 +195,7 @@ def test_a_second_ip_is_not_limited_when_the_first_is(client):
     ],
 )
 def test_ban_duration_doubles_and_is_capped_at_three_days(offence, seconds):
-    assert services.ban_duration_seconds(offence=offence) == seconds
+    assert ratelimit.ban_duration_seconds(offence=offence) == seconds
 
 
 @override_settings(IP_WEIGHT_LIMIT_PER_MINUTE=2)
@@ -215,7 +214,7 @@ def test_repeat_offences_double_the_ban(client):
 def test_second_ban_after_a_lift_is_offence_2_for_240_seconds(client):
     exceed_and_continue(client, 2)
     assert_418(ping(client), 115, 121)
-    services.rate_limit_ban_lift(ban=RateLimitBan.objects.get())
+    ratelimit.rate_limit_ban_lift(ban=RateLimitBan.objects.get())
 
     exceed_and_continue(client, 2)
     assert_418(ping(client), 235, 241)
@@ -224,24 +223,24 @@ def test_second_ban_after_a_lift_is_offence_2_for_240_seconds(client):
 
 
 def test_bans_older_than_three_days_do_not_escalate(client):
-    old = services.rate_limit_ban_create(ip=IP_A, reason="long ago")
+    old = ratelimit.rate_limit_ban_create(ip=IP_A, reason="long ago")
     RateLimitBan.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=3, minutes=1))
-    recent = services.rate_limit_ban_create(ip=IP_A, reason="yesterday")
+    recent = ratelimit.rate_limit_ban_create(ip=IP_A, reason="yesterday")
     assert (recent.offence, recent.duration_seconds) == (1, 120)
     RateLimitBan.objects.filter(pk=recent.pk).update(created_at=timezone.now() - timedelta(days=1))
-    latest = services.rate_limit_ban_create(ip=IP_A, reason="now")
+    latest = ratelimit.rate_limit_ban_create(ip=IP_A, reason="now")
     assert (latest.offence, latest.duration_seconds) == (2, 240)
     # Another address starts from the beginning.
-    assert services.rate_limit_ban_create(ip=IP_B, reason="other").offence == 1
+    assert ratelimit.rate_limit_ban_create(ip=IP_B, reason="other").offence == 1
 
 
 # --- lifting -------------------------------------------------------------------------------------
 
 
 def test_lifting_a_ban_made_by_the_service_lets_the_ip_through(client):
-    ban = services.rate_limit_ban_create(ip=IP_A, reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip=IP_A, reason="test")
     assert_418(ping(client), 115, 121)
-    lifted = services.rate_limit_ban_lift(ban=ban)
+    lifted = ratelimit.rate_limit_ban_lift(ban=ban)
     assert lifted.lifted_at is not None
     assert ping(client).status_code == 200
 
@@ -250,7 +249,7 @@ def test_lifting_a_ban_made_by_the_service_lets_the_ip_through(client):
 def test_lifting_a_ban_earned_by_requests_lets_the_ip_through_immediately(client):
     exceed_and_continue(client, 3)
     assert_418(ping(client), 115, 121)
-    ban = services.rate_limit_ban_lift(ban=RateLimitBan.objects.get())
+    ban = ratelimit.rate_limit_ban_lift(ban=RateLimitBan.objects.get())
     assert ban.lifted_at is not None
     response = ping(client)
     assert response.status_code == 200, (response.status_code, response.content, response.headers)
@@ -340,8 +339,8 @@ def test_concurrent_requests_exactly_the_limit_succeed_and_one_ban_is_created():
 def test_embedded_memory_storage_limits_and_bans_like_redis(client):
     """`make run` without REDIS_URL keeps the counters in process memory: same rules."""
     from exchange.api import ratelimit
+    from exchange.api.ratelimit import rate_limit_ban_lift
     from exchange.models import RateLimitBan
-    from exchange.services import rate_limit_ban_lift
 
     with override_settings(RATE_LIMIT_STORAGE_URL="memory://", IP_WEIGHT_LIMIT_PER_MINUTE=3):
         ratelimit.counters().reset()

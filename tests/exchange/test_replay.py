@@ -160,7 +160,6 @@ def test_a_request_refused_for_its_timing_does_not_spend_its_signature(master, m
 @pytest.mark.django_db
 @pytest.mark.urls(TEST_URLS)
 def test_a_request_refused_by_a_limit_or_a_ban_does_not_spend_its_signature(master, make_key, settings):
-    from exchange import services
     from exchange.api import ratelimit
     from exchange.models import RateLimitBan
 
@@ -171,9 +170,9 @@ def test_a_request_refused_by_a_limit_or_a_ban_does_not_spend_its_signature(mast
     assert client.post(ECHO, {"b": "0"}, timestamp=stamp).status_code == 200
     assert_error(_same_write(client, stamp), -1003, 429)
     ratelimit.forgive("192.0.2.9")  # the window is over
-    ban = services.rate_limit_ban_create(ip="192.0.2.9", reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip="192.0.2.9", reason="test")
     assert_error(_same_write(client, stamp), -1003, 418)
-    services.rate_limit_ban_lift(ban=ban)
+    ratelimit.rate_limit_ban_lift(ban=ban)
     assert RateLimitBan.objects.count() == 1
     _accepted(_same_write(client, stamp))
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exchange.api import ratelimit
-from exchange.api.auth import sign
+from exchange.api.signing import sign
 from tests.conftest import assert_error, hmac_hex, now_ms
 from tests.exchange.test_gateway_auth import TEST_URLS, send, with_signature
 

@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import User
-from exchange import services
+from exchange.api import ratelimit
 from exchange.api.middleware import is_api_path
 from exchange.models import RateLimitBan
 from tests.conftest import assert_error
@@ -114,7 +114,7 @@ def test_admin_login_needs_the_csrf_token_and_keeps_a_session(client):
     assert b"boss@staff.example" in index.content
 
     # Messages: an admin action's confirmation is shown on the next page.
-    ban = services.rate_limit_ban_create(ip="192.0.2.61", reason="test")
+    ban = ratelimit.rate_limit_ban_create(ip="192.0.2.61", reason="test")
     changelist = reverse("admin:exchange_ratelimitban_changelist")
     token = CSRF_INPUT.search(browser.get(changelist).content).group(1).decode()
     done = browser.post(

@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 from drf_spectacular.settings import spectacular_settings
 
-from exchange import services
+from exchange.api import ratelimit
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
 from exchange.api.schema import forget_openapi_document
 from exchange.apis import OpenApiSchemaApi
@@ -88,7 +88,7 @@ def test_a_client_over_its_ip_limit_gets_429_then_a_ban(client):
 
 
 def test_a_banned_ip_gets_418(client):
-    services.rate_limit_ban_create(ip="192.0.2.84", reason="test")
+    ratelimit.rate_limit_ban_create(ip="192.0.2.84", reason="test")
     response = client.get(SCHEMA, REMOTE_ADDR="192.0.2.84")
     assert_error(response, -1003, 418)
     assert response["Content-Type"] == "application/json"
