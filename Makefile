@@ -48,6 +48,7 @@ EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tes
 	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
 		DJANGO_SETTINGS_MODULE=exchange.settings.test $(PY) -m pytest $(PYTEST_ARGS)
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
@@ -55,7 +56,7 @@ test: $(DEV_STAMP) services
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check . || true
+	$(VENV)/bin/ruff format --check .
 
 ## make bench: every benchmark under bench/ (each starts and stops what it needs).
 bench: $(DEV_STAMP) services

@@ -59,8 +59,12 @@ def recreate_database(env: dict[str, str]) -> None:
     subprocess.run([PYTHON, "-c", code], check=True)
     subprocess.run(
         # Emptied, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit.py).
-        [PYTHON, "-c", "import redis,os; r=redis.from_url(os.environ['REDIS_URL']); r.flushdb(); "
-         "r.set('LIMITS:exchange/replay-memory-epoch', 0)"],
+        [
+            PYTHON,
+            "-c",
+            "import redis,os; r=redis.from_url(os.environ['REDIS_URL']); r.flushdb(); "
+            "r.set('LIMITS:exchange/replay-memory-epoch', 0)",
+        ],
         check=True,
         env=env,
     )

@@ -38,7 +38,6 @@ def _modules() -> list[Path]:
 def float_uses(source: str) -> list[int]:
     """Line numbers of `float(...)` calls and of `FloatField` names in `source`."""
 
-
     def is_float(node: ast.AST) -> bool:
         calls_float = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float"
         names_field = (isinstance(node, ast.Attribute) and node.attr == "FloatField") or (

@@ -291,7 +291,9 @@ def withdrawal_process(*, withdrawal_id: int) -> Withdrawal:
         pk=withdrawal_id, stage=WithdrawalStage.QUEUED, account__ledger__may_send=True
     ).update(stage=WithdrawalStage.BROADCASTING, updated_at=timezone.now()):
         _transition(
-            withdrawal_id, from_stages=[WithdrawalStage.QUEUED], to_stage=WithdrawalStage.AWAITING_APPROVAL,
+            withdrawal_id,
+            from_stages=[WithdrawalStage.QUEUED],
+            to_stage=WithdrawalStage.AWAITING_APPROVAL,
             info=HELD_INFO,
         )
     Withdrawal.objects.filter(pk=withdrawal_id, stage=WithdrawalStage.BROADCASTING).update(attempts=F("attempts") + 1)

@@ -302,9 +302,7 @@ def _lock_accounts(account_ids: list[int]) -> dict[int, _Locked]:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT user_id, seq, allow_negative, track_limits, may_send FROM accounts_ledgeraccount"
-                " WHERE user_id IN ("
-                + ", ".join(["%s"] * len(account_ids))
-                + ") ORDER BY user_id",
+                " WHERE user_id IN (" + ", ".join(["%s"] * len(account_ids)) + ") ORDER BY user_id",
                 account_ids,
             )
             rows = cursor.fetchall()

@@ -313,7 +313,12 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
         recv_window = RECV_WINDOW.parse(recv_text) if recv_text else RECV_WINDOW.default
         provided = raw.params.get("signature") or raw.meta.get(_SIGNATURE_META, "").strip()
         candidates = signature_candidates(
-            raw.query, raw.body, raw.query_pairs, raw.body_pairs, header_timestamp, endpoint.param_names,
+            raw.query,
+            raw.body,
+            raw.query_pairs,
+            raw.body_pairs,
+            header_timestamp,
+            endpoint.param_names,
             raw.body_is_json,
         )
         verify_signature(api_key.signer, provided, candidates)

@@ -154,8 +154,18 @@ class Counters:
         now_ms = time.time_ns() // 1_000_000
         if not self._redis:
             return self._take_memory(
-                ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
-                signature_seconds, signed_at_ms, now_ms,
+                ban_key,
+                ip_key,
+                ip_weight,
+                uid_key,
+                uid_weight,
+                window,
+                ip_limit,
+                uid_limit,
+                signature_key,
+                signature_seconds,
+                signed_at_ms,
+                now_ms,
             )
         keys = [self._key(ban_key), self._key(MEMORY_EPOCH_KEY), self._key(ip_key)]
         if uid_key:
@@ -169,8 +179,19 @@ class Counters:
         return Taken(ban, ip, ip_ms, uid if uid_key and uid >= 0 else None, uid_ms, int(replayed))
 
     def _take_memory(
-        self, ban_key, ip_key, ip_weight, uid_key, uid_weight, window, ip_limit, uid_limit, signature_key,
-        signature_seconds, signed_at_ms, now_ms,
+        self,
+        ban_key,
+        ip_key,
+        ip_weight,
+        uid_key,
+        uid_weight,
+        window,
+        ip_limit,
+        uid_limit,
+        signature_key,
+        signature_seconds,
+        signed_at_ms,
+        now_ms,
     ) -> Taken:
         store: MemoryStorage = self.storage
         with self._lock:

@@ -95,9 +95,7 @@ def test_a_refused_content_negotiation_is_charged_and_a_ban_holds(db, settings):
     stopped by a ban."""
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 2
     anonymous = Client()
-    codes = [
-        anonymous.get(PING, HTTP_ACCEPT="text/html", REMOTE_ADDR="192.0.2.78").status_code for _ in range(4)
-    ]
+    codes = [anonymous.get(PING, HTTP_ACCEPT="text/html", REMOTE_ADDR="192.0.2.78").status_code for _ in range(4)]
     assert codes[2:] == [429, 418]
     assert anonymous.get(PING, REMOTE_ADDR="192.0.2.78").status_code == 418
 

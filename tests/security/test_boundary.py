@@ -57,7 +57,7 @@ def test_moving_a_character_across_the_boundary_is_refused(demo, make_user):
     assert php("peer@demo.exchang") == 0
     assert Transfer.objects.count() == 0
     # Both parts resent as one query: `message` would swallow the timestamp's pair text.
-    joined = send_raw(key, f"{query}&message=hi{body[len('message=hi'):]}&signature={signature}", "")
+    joined = send_raw(key, f"{query}&message=hi{body[len('message=hi') :]}&signature={signature}", "")
     assert joined.status_code in (400, 401)
     assert Transfer.objects.count() == 0
     # The honest request itself goes through.
