@@ -35,6 +35,7 @@ from wallet.models import (
 
 logger = logging.getLogger(__name__)
 ZERO = Decimal(0)
+APPROVAL_CURRENCY = "PHP"  # WITHDRAWAL_APPROVAL_THRESHOLD is in this currency
 
 
 def network_get(*, coin: str, network: str) -> Network:
@@ -216,12 +217,13 @@ def withdrawal_apply(
     if not net.withdraw_enable:
         raise errors.suspended(f"Withdrawing {coin} on {network}")
     tier = tier_for(account)
-    policy.require_priced(net.coin, valuation_currency=tier.currency if tier else None)
+    policy.require_priced(net.coin, valuation_currency=tier.currency if tier else None)  # limits
+    policy.require_priced(net.coin, valuation_currency=APPROVAL_CURRENCY)  # the approval threshold
     if not WhitelistAddress.objects.filter(account=account, network=net, address=address, tag=tag or "").exists():
         raise errors.invalid("address", "coin, network, address and addressTag are not in the withdrawal whitelist")
     _check_amount(net, amount)
     fee = net.withdraw_fee
-    approval = value_in("PHP", net.coin, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
+    approval = value_in(APPROVAL_CURRENCY, net.coin, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
     try:
         with transaction.atomic():
             withdrawal = Withdrawal.objects.create(

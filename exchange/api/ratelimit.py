@@ -55,8 +55,8 @@ MEMORY_MARGIN_MS = 2000
 MEMORY_EPOCH_KEY = "exchange/replay-memory-epoch"
 
 # KEYS: ban, memory epoch, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight,
-# uid weight, ip limit, uid limit, signature ms, (unused), signed timestamp ms. The epoch is taken
-# from Redis's clock (TIME), the one clock every process shares.
+# uid weight, ip limit, uid limit, signature ms, signed timestamp ms. The epoch is taken from
+# Redis's clock (TIME), the one clock every process shares.
 # Returns {ban ms left, ip count, ip ms left, uid count, uid ms left, replayed}, replayed being 1
 # for a replay and 2 for a signature older than the memory epoch. A banned caller is not counted.
 # A signature already seen (or possibly seen before the storage's memory began) is refused: charged
@@ -82,7 +82,7 @@ local function take(key, weight)
 end
 if #KEYS > 4 then
   local refused = 0
-  if tonumber(ARGV[8]) < tonumber(epoch) + MARGIN_MS then refused = 2
+  if tonumber(ARGV[7]) < tonumber(epoch) + MARGIN_MS then refused = 2
   elseif redis.call('EXISTS', KEYS[5]) == 1 then refused = 1 end
   if refused > 0 then
     local ip, ip_ttl = take(KEYS[3], ARGV[2])
@@ -151,7 +151,6 @@ class Counters:
         One round trip."""
         if signature_key is not None and uid_key is None:
             raise ValueError("a signature is checked only for an identified caller")
-        now_ms = time.time_ns() // 1_000_000
         if not self._redis:
             return self._take_memory(
                 ban_key,
@@ -165,7 +164,6 @@ class Counters:
                 signature_key,
                 signature_seconds,
                 signed_at_ms,
-                now_ms,
             )
         keys = [self._key(ban_key), self._key(MEMORY_EPOCH_KEY), self._key(ip_key)]
         if uid_key:
@@ -174,7 +172,7 @@ class Counters:
             keys.append(self._key(signature_key))
         ban, ip, ip_ms, uid, uid_ms, replayed = self._take_script(
             keys=keys,
-            args=[window, ip_weight, uid_weight, ip_limit, uid_limit, signature_seconds * 1000, now_ms, signed_at_ms],
+            args=[window, ip_weight, uid_weight, ip_limit, uid_limit, signature_seconds * 1000, signed_at_ms],
         )
         return Taken(ban, ip, ip_ms, uid if uid_key and uid >= 0 else None, uid_ms, int(replayed))
 
@@ -191,7 +189,6 @@ class Counters:
         signature_key,
         signature_seconds,
         signed_at_ms,
-        now_ms,
     ) -> Taken:
         store: MemoryStorage = self.storage
         with self._lock:
@@ -200,7 +197,7 @@ class Counters:
                 return Taken(max(1, int((store.get_expiry(ban_key) - now) * 1000)), 0, 0, None, 0)
             epoch = self._memory_epoch
             if epoch is None:
-                epoch = self._memory_epoch = now_ms
+                epoch = self._memory_epoch = int(now * 1000)
             ip = store.incr(ip_key, window, amount=ip_weight)
             ip_ms = int((store.get_expiry(ip_key) - now) * 1000)
             if signature_key and signed_at_ms < epoch + MEMORY_MARGIN_MS:

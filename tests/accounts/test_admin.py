@@ -17,6 +17,8 @@ from exchange import services
 from exchange.api import ratelimit
 from exchange.models import BusinessStatus, RateLimitBan
 from tests.conftest import SignedClient, assert_error
+from tests.support.staff import logged_in as _staff_client
+from tests.support.staff import staff_in as _staff_in
 
 pytestmark = pytest.mark.django_db
 
@@ -24,12 +26,6 @@ API_KEYS = "/openapi/v1/api-keys"
 STATUS = "/openapi/v1/check-sys-status"
 SECRET_RE = re.compile(r'<code id="secret-key">([^<]+)</code>')
 KEY_RE = re.compile(r'<code id="api-key">([^<]+)</code>')
-
-
-def _staff_client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
@@ -40,12 +36,6 @@ def superuser(db) -> User:
 @pytest.fixture
 def root(superuser) -> Client:
     return _staff_client(superuser)
-
-
-def _staff_in(make_user, group_name: str) -> User:
-    user = make_user(is_staff=True)
-    user.groups.add(Group.objects.get(name=group_name))
-    return user
 
 
 @pytest.fixture

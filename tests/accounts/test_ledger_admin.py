@@ -7,7 +7,6 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
@@ -15,20 +14,10 @@ from accounts import ledger
 from accounts.ledger.check import ledger_check
 from accounts.ledger.models import ManualAdjustment
 from accounts.models import Asset, Balance, BalanceChange, Entry, LedgerCheckRun, Posting, SystemRole, User
+from tests.support.staff import logged_in as _client
+from tests.support.staff import staff_in as _staff_in
 
 pytestmark = pytest.mark.django_db
-
-
-def _client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def _staff_in(make_user, group_name: str) -> User:
-    user = make_user(is_staff=True)
-    user.groups.add(Group.objects.get(name=group_name))
-    return user
 
 
 @pytest.fixture

@@ -247,3 +247,17 @@ def test_a_recipient_phone_number_must_be_e164(make_key, make_user, address):
     make_user(phone="639170000002")
     client = client_with(MASTER, make_key)
     refused(client, V4, {"account": "PHP", "target_address": address, "amount": "1"}, -1151, 404)
+
+
+def test_a_coin_unpriced_in_the_approval_currency_cannot_be_withdrawn(make_key):
+    """Found in review: the limits' currency may be the coin itself (a tier in USDT), but withdrawal
+    approvals are valued in PHP: at price 0 no withdrawal of it would ever wait for an operator."""
+    from accounts.models import LimitTier
+    from exchange.ttlcache import clear_all
+
+    LimitTier.objects.filter(is_default=True).update(currency="USDT")
+    Asset.objects.filter(code="USDT").update(reference_price=0)
+    clear_all()
+    client = client_with(MASTER, make_key)
+    params = {"coin": "USDT", "network": "TRX", "address": "TDemoMasterWhitezistAddress1111111", "amount": "20"}
+    assert "reference price" in refused(client, WITHDRAW, params, -1010, 400)["msg"]

@@ -14,22 +14,12 @@ from django.urls import reverse
 
 from accounts.models import User
 from exchange import roles
+from tests.support.staff import logged_in as _logged_in
+from tests.support.staff import staff_in as _staff_in
 
 pytestmark = pytest.mark.django_db
 
 PRIVILEGE_INPUTS = ("is_superuser", "is_staff", "groups", "user_permissions")
-
-
-def _logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def _staff_in(make_user, group_name: str) -> User:
-    user = make_user(is_staff=True)
-    user.groups.add(Group.objects.get(name=group_name))
-    return user
 
 
 @pytest.fixture

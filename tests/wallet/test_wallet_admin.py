@@ -8,13 +8,14 @@ from decimal import Decimal
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Group
 from django.test import Client
 from django.urls import reverse
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
 from tests.conftest import assert_error
+from tests.support.staff import logged_in as _client
+from tests.support.staff import staff_in as _staff_in
 from wallet import services
 from wallet.chain.simulator import advance_blocks, send_to
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
@@ -31,18 +32,6 @@ def _settings(demo, settings):
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.TRAVEL_RULE_THRESHOLD = Decimal(0)
-
-
-def _client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def _staff_in(make_user, group: str) -> User:
-    user = make_user(is_staff=True)
-    user.groups.add(Group.objects.get(name=group))
-    return user
 
 
 @pytest.fixture
