@@ -187,8 +187,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             ip_restrict=data["ip_restrict"],
         )
         obj.pk = created.api_key.pk
-        obj.refresh_from_db()
-        obj._state.adding = False
+        obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
         # Shown once, on the page this request renders; never stored in the session or a message.
         request._created_api_key_secret = created.secret
 

@@ -5,10 +5,11 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 from rest_framework.response import Response
 
-from accounts import selectors
+from accounts import presenters, selectors
+from accounts.errors import HistorySpanTooLong, NotASubAccount
 from accounts.models import Asset, User
 from exchange.api.auth import Security
-from exchange.api.errors import InvalidParameter, NoPermission
+from exchange.api.errors import EndTimeBeforeStartTime, InvalidParameter
 from exchange.api.params import Param, ParamSpec
 from exchange.api.timewindow import LAST_MICROSECOND, end_from_ms, from_ms, shift
 from exchange.api.views import GatewayApi
@@ -34,7 +35,7 @@ class ApiKeyListApi(GatewayApi):
     ]
 
     def get(self, request):
-        return Response(selectors.api_key_list(user=self.account))
+        return Response([presenters.api_key_json(key) for key in selectors.api_key_list(user=self.account)])
 
 
 _LIMIT_EXAMPLE = {
@@ -72,7 +73,7 @@ class AccountInfoApi(GatewayApi):
     }
 
     def get(self, request):
-        return Response(selectors.account_info(user=self.account))
+        return Response(presenters.account_info_json(selectors.account_info(user=self.account)))
 
 
 class CryptoAccountListApi(GatewayApi):
@@ -98,7 +99,8 @@ class CryptoAccountListApi(GatewayApi):
         currency = self.params["currency"]
         if currency is not None and not Asset.objects.filter(code=currency).exists():
             raise InvalidParameter("currency")
-        return Response({"crypto-accounts": selectors.crypto_accounts(user=self.account, currency=currency)})
+        balances = selectors.crypto_accounts(user=self.account, currency=currency)
+        return Response(presenters.crypto_accounts_json(balances, account_id=self.account.pk))
 
 
 class TransactionHistoryApi(GatewayApi):
@@ -142,21 +144,20 @@ class TransactionHistoryApi(GatewayApi):
         if params["subUserId"] is not None:
             user = User.objects.filter(pk=params["subUserId"], master_id=self.account.pk).first()
             if user is None:
-                raise NoPermission(msg="subUserId is not a sub-account of this account.")
-        return Response(
-            selectors.transaction_history(
-                user=user, asset=asset, start=start, end=end, page=params["pageNum"], size=params["pageSize"]
-            )
+                raise NotASubAccount()
+        page = selectors.transaction_history(
+            user=user, asset=asset, start=start, end=end, page=params["pageNum"], size=params["pageSize"]
         )
+        return Response(presenters.transaction_history_json(page))
 
 
 def _history_window(start_ms: int | None, end_ms: int | None) -> tuple[datetime, datetime]:
     if start_ms is not None and end_ms is not None:
         start, end = from_ms(start_ms, "startTime"), end_from_ms(end_ms)
         if end < start:
-            raise InvalidParameter(msg="Parameter 'endTime' must not be before 'startTime'.")
+            raise EndTimeBeforeStartTime()
         if end - start > HISTORY_SPAN + LAST_MICROSECOND:
-            raise InvalidParameter(msg="The span between startTime and endTime must not exceed 7 days.")
+            raise HistorySpanTooLong()
         return start, end
     if start_ms is not None:
         start = from_ms(start_ms, "startTime")

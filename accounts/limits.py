@@ -20,7 +20,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from accounts.ledger import counters
-from accounts.ledger.posting import _decimal, fetch_prepared
+from accounts.ledger.posting import decimal_from_db, fetch_prepared
 from accounts.models import LimitPeriod, LimitTier, User
 from exchange.ttlcache import TtlCache
 
@@ -116,9 +116,9 @@ def usage(
     rows = (snap or snapshot(user, now)).rows
     totals = {span: [ZERO] * 5 for span in SPAN_NAMES.values()}  # in, out, withdraw, p2p in, p2p out
     for span, code, price, deposits, withdrawals, p2p_in, p2p_out in rows:
-        rate = Decimal(1) if code == currency else _decimal(price)
-        deposits, withdrawals = _decimal(deposits) * rate, _decimal(withdrawals) * rate
-        p2p_in, p2p_out = _decimal(p2p_in) * rate, _decimal(p2p_out) * rate
+        rate = Decimal(1) if code == currency else decimal_from_db(price)
+        deposits, withdrawals = decimal_from_db(deposits) * rate, decimal_from_db(withdrawals) * rate
+        p2p_in, p2p_out = decimal_from_db(p2p_in) * rate, decimal_from_db(p2p_out) * rate
         bucket = totals[SPAN_NAMES[span]]
         bucket[0] += deposits + p2p_in
         bucket[1] += p2p_out - withdrawals

@@ -20,19 +20,11 @@ checks are the second line: they hold for calls that do not come through a custo
 
 from __future__ import annotations
 
+from accounts.errors import AccountMayNotSend, AssetNotPriced
 from accounts.models import ApiKeyType
-from exchange.api.errors import BadRequest, NoPermission
 
 # The currency limits and withdrawal approvals are valued in when an account has no limit tier.
 DEFAULT_VALUATION_CURRENCY = "PHP"
-
-
-class AccountMayNotSend(NoPermission):
-    message = "This account may not send funds: it is frozen, deactivated or barred from withdrawing."
-
-
-class AssetNotPriced(BadRequest):
-    message = "Moving %s is suspended until operations set its reference price."
 
 
 def may_send(account) -> bool:

@@ -3,39 +3,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import F, Max, Sum
 
-from accounts.keyring import keyrings
+from accounts.keyring import KeyRecord, keyrings
 from accounts.ledger.posting import fetch_prepared
 from accounts.limits import (
     SNAPSHOT_COLUMNS,
     SNAPSHOT_JOINS,
+    LimitBlock,
     LimitSnapshot,
     limit_blocks,
     snapshot_from_rows,
     snapshot_join_params,
 )
 from accounts.models import Asset, Balance, Entry, User
-from exchange.api import formatting as fmt
 
 
-def api_key_list(*, user: User) -> list[dict]:
-    """The caller's keys as GET /openapi/v1/api-keys shows them (from the keyring the gateway
-    already holds for this account: same rows, same invalidation)."""
+def api_key_list(*, user: User) -> tuple[KeyRecord, ...]:
+    """The user's keys, from the keyring the gateway already holds for this account (same rows,
+    same invalidation)."""
     keyring = keyrings.for_user(user.pk)
-    return [
-        {
-            "apiKey": key.key,
-            "apiName": key.name,
-            "apiType": list(key.types),
-            "status": key.status,
-            "createTime": str(key.created_at_ms),
-            "ipAccessRestrictions": list(key.ip_list) if key.ip_restrict else [],
-        }
-        for key in (keyring.keys if keyring else ())
-    ]
+    return keyring.keys if keyring else ()
 
 
 def _address_key(address: str) -> tuple[str, str]:
@@ -79,71 +70,64 @@ def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, L
 
 # --- balances, account information, history ---------------------------------------------------
 
-ACCOUNT_TYPE = "SPOT"
+
+class AssetBalance(NamedTuple):
+    asset: Asset
+    free: Decimal
+    locked: Decimal
 
 
-def _limit_block_json(block) -> dict | None:
-    if block is None:
-        return None
-    return {
-        "cashInLimit": fmt.amount(block.cash_in_limit, 2),
-        "cashInRemaining": fmt.amount(block.cash_in_remaining, 2),
-        "cashOutLimit": fmt.amount(block.cash_out_limit, 2),
-        "cashOutRemaining": fmt.amount(block.cash_out_remaining, 2),
-        "totalWithdrawLimit": fmt.amount(block.total_withdraw_limit, 2),
-        "totalWithdrawRemaining": fmt.amount(block.total_withdraw_remaining, 2),
-    }
-
-
-def balance_rows(*, user: User) -> list[tuple[Asset, Decimal, Decimal]]:
-    """Every asset with the account's free and locked (zero where it has none)."""
+def balance_rows(*, user: User) -> list[AssetBalance]:
+    """Every asset (by code) with the account's free and locked (zero where it has none)."""
     held = {b.asset_id: b for b in Balance.objects.filter(account=user)}
     rows = []
     for asset in Asset.objects.order_by("code"):
         balance = held.get(asset.id)
-        rows.append((asset, balance.free if balance else Decimal(0), balance.locked if balance else Decimal(0)))
+        rows.append(
+            AssetBalance(asset, balance.free if balance else Decimal(0), balance.locked if balance else Decimal(0))
+        )
     return rows
 
 
-def account_info(*, user: User) -> dict:
+@dataclass(frozen=True, slots=True)
+class AccountInfo:
+    user: User
+    updated_at: datetime  # the last change of any balance (the account's creation before any)
+    balances: list[AssetBalance]
+    limits: dict[str, LimitBlock | None]  # by limit period (accounts.limits.limit_blocks)
+
+
+def account_info(*, user: User) -> AccountInfo:
     blocks = limit_blocks(user)
     last_change = Balance.objects.filter(account=user).aggregate(latest=Max("updated_at"))["latest"]
-    return {
-        "canTrade": user.can_trade,
-        "canDeposit": user.can_deposit,
-        "canWithdraw": user.can_withdraw,
-        "accountType": ACCOUNT_TYPE,
-        "updateTime": fmt.millis(last_change or user.date_joined),
-        "balances": [
-            {
-                "asset": asset.code,
-                "free": fmt.amount(free, asset.transfer_precision),
-                "locked": fmt.amount(locked, asset.transfer_precision),
-            }
-            for asset, free, locked in balance_rows(user=user)
-        ],
-        "token": user.base_token,
-        "email": user.email,
-        "enableWithdrawWhitelist": user.enable_withdraw_whitelist,
-        **{period: _limit_block_json(block) for period, block in blocks.items()},
-    }
+    return AccountInfo(
+        user=user, updated_at=last_change or user.date_joined, balances=balance_rows(user=user), limits=blocks
+    )
 
 
-def crypto_accounts(*, user: User, currency: str | None = None) -> list[dict]:
-    return [
-        {
-            "id": f"{user.pk}-{asset.code}",
-            "name": asset.name,
-            "currency": asset.code,
-            "balance": fmt.amount(free, asset.transfer_precision),
-            "pending_balance": fmt.amount(locked, asset.transfer_precision),
-        }
-        for asset, free, locked in balance_rows(user=user)
-        if currency is None or asset.code == currency
-    ]
+def crypto_accounts(*, user: User, currency: str | None = None) -> list[AssetBalance]:
+    """The account's balance rows (balance_rows), only `currency`'s when given."""
+    return [row for row in balance_rows(user=user) if currency is None or row.asset.code == currency]
 
 
-def transaction_history(*, user: User, asset: Asset, start: datetime, end: datetime, page: int, size: int) -> dict:
+class HistoryRow(NamedTuple):
+    posting_id: int
+    kind: str  # the posting's business type
+    created_at: datetime
+    changed: Decimal  # the signed net change of the account's balance (free plus locked)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    asset: Asset
+    page: int  # from 1
+    rows: list[HistoryRow]
+    has_next: bool
+
+
+def transaction_history(
+    *, user: User, asset: Asset, start: datetime, end: datetime, page: int, size: int
+) -> HistoryPage:
     """The account's postings in `asset` within [start, end], oldest first, with their signed net
     change (a hold from free to locked changes nothing and is not listed)."""
     offset = (page - 1) * size
@@ -173,23 +157,12 @@ def transaction_history(*, user: User, asset: Asset, start: datetime, end: datet
             )
             row["changed"] += side * amount
         rows = [row for row in grouped.values() if row["changed"] != 0][offset : offset + size + 1]
-    has_next = len(rows) > size
-    meta: dict = {"has_next": has_next}
-    if has_next:
-        meta["next_page"] = page + 1
-    if page > 1:
-        meta["previous_page"] = page - 1
-    return {
-        "transactions": [
-            {
-                "txId": str(row["posting_id"]),
-                "bizSubject": row["posting__kind"],
-                "status": "SUCCESS",
-                "changed": fmt.amount(row["changed"], asset.transfer_precision),
-                "tokenId": asset.code,
-                "time": str(fmt.millis(row["posting__created_at"])),
-            }
+    return HistoryPage(
+        asset=asset,
+        page=page,
+        rows=[
+            HistoryRow(row["posting_id"], row["posting__kind"], row["posting__created_at"], row["changed"])
             for row in rows[:size]
         ],
-        "meta": meta,
-    }
+        has_next=len(rows) > size,
+    )

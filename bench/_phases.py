@@ -48,7 +48,8 @@ def _timed(name: str, function):
 
 def _install() -> None:
     from accounts import keyring, limits, selectors
-    from accounts.ledger import posting
+    from accounts.ledger.posting import api as posting
+    from accounts.ledger.posting import postgres
     from exchange.api.views import GatewayApi
     from streams.relay import Publisher
     from wallet.transfers import services
@@ -58,8 +59,8 @@ def _install() -> None:
     services.transfer_parties = _timed("service: look-up", services.transfer_parties)
     limits.outflow_refusal = _timed("service: limit check", limits.outflow_refusal)
     posting._post = _timed("service: posting", posting._post)
-    fetch = _timed("database calls", posting.fetch_prepared)
-    for module in (posting, selectors, keyring):
+    fetch = _timed("database calls", postgres.fetch_prepared)
+    for module in (postgres, selectors, keyring):
         module.fetch_prepared = fetch
     Publisher._publish = _timed("publisher", Publisher._publish)
     Publisher._mark = _timed("publisher", Publisher._mark)

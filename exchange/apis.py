@@ -18,6 +18,7 @@ from exchange.api.params import Param, ParamSpec
 from exchange.api.schema import openapi_rendered
 from exchange.api.views import GatewayApi
 from exchange.models import BusinessType
+from exchange.presenters import business_status_json
 from exchange.selectors import business_status_list
 
 
@@ -60,7 +61,8 @@ class SystemStatusApi(GatewayApi):
     ]
 
     def get(self, request):
-        return Response(business_status_list(business_type=self.params["businessType"]))
+        rows = business_status_list(business_type=self.params["businessType"])
+        return Response([business_status_json(row) for row in rows])
 
 
 class UserIpApi(GatewayApi):

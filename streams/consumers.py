@@ -25,7 +25,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from accounts.models import User
-from exchange.api.errors import Disconnected
+from exchange.api.errors import BadRequest, Disconnected, ListenKeyExpired, TooManyOrders, TooManyRequests
 from exchange.api.middleware import client_ip
 from streams import relay, watcher
 from streams.events import build_events
@@ -42,10 +42,6 @@ CLOSE_TOO_MANY_FROM_IP = 4004
 CLOSE_TOO_MANY_MESSAGES = 4005
 CLOSE_MESSAGE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
-ERR_INVALID_REQUEST = -1010
-ERR_TOO_MANY_STREAMS = -1015
-ERR_TOO_MANY_MESSAGES = -1003
-ERR_LISTEN_KEY = -1125
 
 # Defaults of the settings (exchange/settings/base.py, docs/streams.md), for settings modules without them.
 MAX_CONNECTIONS_PER_KEY = 20
@@ -234,7 +230,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         ):
             await self._error(
                 request_id,
-                ERR_INVALID_REQUEST,
+                BadRequest.code,
                 "Invalid request: expected SUBSCRIBE or UNSUBSCRIBE with a list of listenKeys in params.",
             )
             return
@@ -248,7 +244,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         if len(self.keys) + len(new) > settings.STREAM_MAX_STREAMS_PER_CONNECTION:
             await self._error(
                 request_id,
-                ERR_TOO_MANY_STREAMS,
+                TooManyOrders.code,
                 f"A connection listens to at most {settings.STREAM_MAX_STREAMS_PER_CONNECTION} streams.",
             )
             return
@@ -260,7 +256,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             return
         dead = [key for key, owner in owners.items() if owner is None]
         if dead:
-            await self._error(request_id, ERR_LISTEN_KEY, f"This listenKey does not exist: {dead[0]}")
+            await self._error(request_id, ListenKeyExpired.code, f"This listenKey does not exist: {dead[0]}")
             return
         for key, owner in owners.items():
             await self._add_key(key, owner)
@@ -279,7 +275,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         try:
             await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
         except ValueError:  # not JSON
-            await self._error(None, ERR_INVALID_REQUEST, "Invalid request: not JSON.")
+            await self._error(None, BadRequest.code, "Invalid request: not JSON.")
 
     async def _refuse_for_rate(self) -> None:
         """Beyond the rate a message is answered -1003 (unread); a client that keeps on sending
@@ -291,7 +287,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             await self._shut(CLOSE_TOO_MANY_MESSAGES)
             return
         rate = self.bucket.rate
-        await self._error(None, ERR_TOO_MANY_MESSAGES, f"Too many messages; at most {rate:g} per second.")
+        await self._error(None, TooManyRequests.code, f"Too many messages; at most {rate:g} per second.")
 
     async def _error(self, request_id, code: int, msg: str) -> None:
         await self.send_json({"error": {"code": code, "msg": msg}, "id": request_id})

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from accounts.models import ApiKey, ApiKeyStatus, User
 from exchange.api import ratelimit
 from exchange.api.errors import (
+    AccountFrozen,
     ApiKeyNotEnabled,
     CreateListenKeyFailed,
     CreateListenKeyRateLimit,
@@ -44,7 +45,7 @@ def listen_key_start(*, account, api_key: str | None = None) -> str:
     LISTEN_KEY_CREATE_LIMIT_PER_HOUR new keys an hour, else -1026). `api_key` (the caller's key, as
     text) is recorded as a holder of the key: disabling or deleting it closes the key."""
     if account.is_frozen:  # the gateway refuses its keys too (exchange/api/auth.py)
-        raise ApiKeyNotEnabled(msg="This account is frozen: its API keys are disabled. Please contact support.")
+        raise AccountFrozen()
     ttl = settings.LISTEN_KEY_TTL_SECONDS
     keys = store()
     try:

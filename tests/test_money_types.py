@@ -15,6 +15,7 @@ MONEY_PATHS = (
     "accounts/ledger",
     "accounts/limits.py",
     "accounts/policy.py",
+    "accounts/presenters.py",
     "accounts/selectors.py",
     "wallet",
     "convert",

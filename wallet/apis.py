@@ -10,7 +10,7 @@ from exchange.api.errors import InvalidParameter
 from exchange.api.params import MAX_SKIPPED_ROWS, Param, ParamSpec, ascii_int_list
 from exchange.api.timewindow import window
 from exchange.api.views import GatewayApi
-from wallet import selectors, services
+from wallet import presenters, selectors, services
 
 NINETY_DAYS = timedelta(days=90)
 SEVEN_DAYS = timedelta(days=7)
@@ -66,7 +66,7 @@ class CoinListApi(WalletApi):
     ]
 
     def get(self, request):
-        return Response(selectors.coin_list(user=self.account))
+        return Response([presenters.coin_json(coin) for coin in selectors.coin_list(user=self.account)])
 
 
 class DepositAddressApi(WalletApi):
@@ -82,7 +82,7 @@ class DepositAddressApi(WalletApi):
         address = services.deposit_address_get(
             account=self.account, coin=self.params["coin"], network=self.params["network"]
         )
-        return Response({"address": address.address, "addressTag": address.tag, "coin": self.params["coin"]})
+        return Response(presenters.deposit_address_json(address, coin=self.params["coin"]))
 
 
 class WithdrawApplyApi(WalletApi):
@@ -116,7 +116,7 @@ class WithdrawApplyApi(WalletApi):
             amount=p["amount"],
             withdraw_order_id=p["withdrawOrderId"],
         )
-        return Response({"id": str(withdrawal.pk)})
+        return Response(presenters.withdrawal_applied_json(withdrawal))
 
 
 def parse_statuses(text: str | None, allowed: range) -> list[int] | None:
@@ -161,18 +161,17 @@ class DepositHistoryApi(WalletApi):
         p = self.params
         start, end = window(p["startTime"], p["endTime"], span=NINETY_DAYS)
         statuses = [p["status"]] if p["status"] is not None else parse_statuses(p["statuses"], range(4))
-        return Response(
-            selectors.deposit_list(
-                user=self.account,
-                coin=p["coin"],
-                tx_id=p["txId"],
-                statuses=statuses,
-                start=start,
-                end=end,
-                offset=p["offset"],
-                limit=p["limit"],
-            )
+        deposits = selectors.deposit_list(
+            user=self.account,
+            coin=p["coin"],
+            tx_id=p["txId"],
+            statuses=statuses,
+            start=start,
+            end=end,
+            offset=p["offset"],
+            limit=p["limit"],
         )
+        return Response([presenters.deposit_json(deposit) for deposit in deposits])
 
 
 class WithdrawHistoryApi(WalletApi):
@@ -204,18 +203,17 @@ class WithdrawHistoryApi(WalletApi):
         p = self.params
         span = SEVEN_DAYS if p["withdrawOrderId"] else NINETY_DAYS
         start, end = window(p["startTime"], p["endTime"], span=span)
-        return Response(
-            selectors.withdrawal_list(
-                user=self.account,
-                coin=p["coin"],
-                withdraw_order_id=p["withdrawOrderId"],
-                status=p["status"],
-                start=start,
-                end=end,
-                offset=p["offset"],
-                limit=p["limit"],
-            )
+        withdrawals = selectors.withdrawal_list(
+            user=self.account,
+            coin=p["coin"],
+            withdraw_order_id=p["withdrawOrderId"],
+            status=p["status"],
+            start=start,
+            end=end,
+            offset=p["offset"],
+            limit=p["limit"],
         )
+        return Response([presenters.withdrawal_json(withdrawal) for withdrawal in withdrawals])
 
 
 class WhitelistApi(WalletApi):
@@ -236,6 +234,7 @@ class WhitelistApi(WalletApi):
 
     def get(self, request):
         p = self.params
-        return Response(
-            selectors.whitelist_list(user=self.account, coin=p["coin"], network=p["network"], address=p["address"])
+        entries = selectors.whitelist_list(
+            user=self.account, coin=p["coin"], network=p["network"], address=p["address"]
         )
+        return Response([presenters.whitelist_json(entry) for entry in entries])

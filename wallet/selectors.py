@@ -1,55 +1,42 @@
+"""Reads of the wallet: model instances and Decimals, for the API (wallet/presenters.py renders
+them as the spec says), the admin, tasks and other apps alike."""
+
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from accounts.models import Asset, Balance, User
-from exchange.api import formatting as fmt
 from wallet.models import Deposit, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 
-def _network_json(network: Network) -> dict:
-    places = network.coin.transfer_precision
-    return {
-        "network": network.network,
-        "name": network.name,
-        "addressRegex": network.address_regex,
-        "memoRegex": network.memo_regex,
-        "depositEnable": network.deposit_enable,
-        "withdrawEnable": network.withdraw_enable,
-        "minConfirm": network.min_confirm,
-        "unLockConfirm": network.unlock_confirm,
-        "withdrawDesc": network.withdraw_desc,
-        "withdrawFee": fmt.amount(network.withdraw_fee, places),
-        "withdrawIntegerMultiple": fmt.amount(network.withdraw_integer_multiple, places),
-        "withdrawMax": fmt.amount(network.withdraw_max, places),
-        "withdrawMin": fmt.amount(network.withdraw_min, places),
-        "sameAddress": network.same_address,
-    }
+@dataclass(frozen=True, slots=True)
+class CoinBalance:
+    """A coin, its networks (by network name) and an account's free and locked amounts of it."""
+
+    asset: Asset
+    networks: list[Network]
+    free: Decimal
+    locked: Decimal
 
 
-def coin_list(*, user: User) -> list[dict]:
+def coin_list(*, user: User) -> list[CoinBalance]:
+    """Every coin by code, with its networks and `user`'s balance (zero where it holds none)."""
     networks: dict[int, list[Network]] = {}
     for network in Network.objects.select_related("coin").order_by("network"):
         networks.setdefault(network.coin_id, []).append(network)
     held = {b.asset_id: b for b in Balance.objects.filter(account=user)}
     coins = []
     for asset in Asset.objects.order_by("code"):
-        nets = networks.get(asset.id, [])
         balance = held.get(asset.id)
-        places = asset.transfer_precision
         coins.append(
-            {
-                "coin": asset.code,
-                "name": asset.name,
-                "depositAllEnable": any(n.deposit_enable for n in nets),
-                "withdrawAllEnable": any(n.withdraw_enable for n in nets),
-                "free": fmt.amount(balance.free if balance else 0, places),
-                "locked": fmt.amount(balance.locked if balance else 0, places),
-                "transferPrecision": places,
-                "transferMinQuantity": fmt.amount(asset.transfer_min_quantity, places),
-                "legalMoney": asset.is_fiat,
-                "networkList": [] if asset.is_fiat else [_network_json(n) for n in nets],
-            }
+            CoinBalance(
+                asset=asset,
+                networks=networks.get(asset.id, []),
+                free=balance.free if balance else Decimal(0),
+                locked=balance.locked if balance else Decimal(0),
+            )
         )
     return coins
 
@@ -65,7 +52,8 @@ def deposit_list(
     offset: int,
     limit: int,
     deposit_id: str | None = None,
-) -> list[dict]:
+) -> list[Deposit]:
+    """`user`'s deposits inserted within [start, end], oldest first, with their network and coin."""
     deposits = Deposit.objects.select_related("network__coin").filter(
         account=user, inserted_at__gte=start, inserted_at__lte=end
     )
@@ -81,21 +69,7 @@ def deposit_list(
             if deposit_id.isascii() and deposit_id.isdigit() and len(deposit_id) < 19
             else deposits.none()
         )
-    return [
-        {
-            "id": str(d.pk),
-            "address": d.address,
-            "addressTag": d.tag,
-            "amount": fmt.amount(d.amount, d.network.coin.transfer_precision),
-            "coin": d.network.coin.code,
-            "confirmNo": d.confirmations,
-            "insertTime": fmt.millis(d.inserted_at),
-            "network": d.network.network,
-            "status": d.status,
-            "txId": d.tx_id,
-        }
-        for d in deposits.order_by("inserted_at", "id")[offset : offset + limit]
-    ]
+    return list(deposits.order_by("inserted_at", "id")[offset : offset + limit])
 
 
 def withdrawal_list(
@@ -108,7 +82,9 @@ def withdrawal_list(
     end: datetime,
     offset: int,
     limit: int,
-) -> list[dict]:
+) -> list[Withdrawal]:
+    """`user`'s withdrawals applied within [start, end], oldest first, with their network and coin.
+    `status` is the spec's (0 processing, 1 success, 2 failed)."""
     withdrawals = Withdrawal.objects.select_related("network__coin").filter(
         account=user, applied_at__gte=start, applied_at__lte=end
     )
@@ -123,27 +99,10 @@ def withdrawal_list(
             2: [WithdrawalStage.FAILED],
         }[status]
         withdrawals = withdrawals.filter(stage__in=stages)
-    return [
-        {
-            "id": str(w.pk),
-            "address": w.address,
-            "addressTag": w.tag,
-            "amount": fmt.amount(w.amount, w.network.coin.transfer_precision),
-            "applyTime": fmt.millis(w.applied_at),
-            "coin": w.network.coin.code,
-            "confirmNo": w.confirmations,
-            "info": w.info,
-            "network": w.network.network,
-            "status": w.status,
-            "transactionFee": fmt.amount(w.fee, w.network.coin.transfer_precision),
-            "txId": w.tx_id,
-            "withdrawOrderId": w.withdraw_order_id or "",
-        }
-        for w in withdrawals.order_by("applied_at", "id")[offset : offset + limit]
-    ]
+    return list(withdrawals.order_by("applied_at", "id")[offset : offset + limit])
 
 
-def whitelist_list(*, user: User, coin: str | None, network: str | None, address: str | None) -> list[dict]:
+def whitelist_list(*, user: User, coin: str | None, network: str | None, address: str | None) -> list[WhitelistAddress]:
     entries = WhitelistAddress.objects.select_related("network__coin").filter(account=user)
     if coin:
         entries = entries.filter(network__coin__code=coin)
@@ -151,13 +110,4 @@ def whitelist_list(*, user: User, coin: str | None, network: str | None, address
         entries = entries.filter(network__network=network)
     if address:
         entries = entries.filter(address=address)
-    return [
-        {
-            "address": e.address,
-            "addressName": e.name,
-            "addressTag": e.tag,
-            "coin": e.network.coin.code,
-            "network": e.network.network,
-        }
-        for e in entries.order_by("id")
-    ]
+    return list(entries.order_by("id"))

@@ -42,8 +42,8 @@ def network_get(*, coin: str, network: str) -> Network:
     found = Network.objects.select_related("coin").filter(coin__code=coin, network=network).first()
     if found is None:
         if not Network.objects.filter(coin__code=coin).exists():
-            raise errors.unknown("coin")
-        raise errors.unknown("network")
+            raise errors.UnknownCoin()
+        raise errors.UnknownNetwork()
     return found
 
 
@@ -54,7 +54,7 @@ def deposit_address_get(*, account: User, coin: str, network: str) -> DepositAdd
     """The account's address on this network: the same one every time."""
     net = network_get(coin=coin, network=network)
     if not net.deposit_enable:
-        raise errors.suspended(f"Depositing {coin} on {network}")
+        raise errors.DepositSuspended(coin, network)
     existing = DepositAddress.objects.filter(account=account, network=net).first()
     if existing is not None:
         return existing
@@ -197,16 +197,16 @@ def fits_precision(amount: Decimal, places: int) -> bool:
 def _check_amount(network: Network, amount: Decimal) -> None:
     precision = network.coin.transfer_precision
     if amount <= 0:
-        raise errors.invalid("amount", "must be positive")
+        raise errors.InvalidAmount("must be positive")
     if not fits_precision(amount, precision):
-        raise errors.invalid("amount", f"at most {precision} decimal places")
+        raise errors.InvalidAmount(f"at most {precision} decimal places")
     if amount < network.withdraw_min:
-        raise errors.invalid("amount", f"below the minimum {network.withdraw_min.normalize():f}")
+        raise errors.InvalidAmount(f"below the minimum {network.withdraw_min.normalize():f}")
     if amount > network.withdraw_max:
-        raise errors.invalid("amount", f"above the maximum {network.withdraw_max.normalize():f}")
+        raise errors.InvalidAmount(f"above the maximum {network.withdraw_max.normalize():f}")
     multiple = network.withdraw_integer_multiple
     if multiple and amount % multiple != 0:
-        raise errors.invalid("amount", f"must be a multiple of {multiple.normalize():f}")
+        raise errors.InvalidAmount(f"must be a multiple of {multiple.normalize():f}")
 
 
 def withdrawal_apply(
@@ -215,12 +215,12 @@ def withdrawal_apply(
     net = network_get(coin=coin, network=network)
     policy.require_may_send(account)
     if not net.withdraw_enable:
-        raise errors.suspended(f"Withdrawing {coin} on {network}")
+        raise errors.WithdrawalSuspended(coin, network)
     tier = tier_for(account)
     policy.require_priced(net.coin, valuation_currency=tier.currency if tier else None)  # limits
     policy.require_priced(net.coin, valuation_currency=APPROVAL_CURRENCY)  # the approval threshold
     if not WhitelistAddress.objects.filter(account=account, network=net, address=address, tag=tag or "").exists():
-        raise errors.invalid("address", "coin, network, address and addressTag are not in the withdrawal whitelist")
+        raise errors.AddressNotWhitelisted()
     _check_amount(net, amount)
     fee = net.withdraw_fee
     approval = value_in(APPROVAL_CURRENCY, net.coin, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
@@ -242,7 +242,7 @@ def withdrawal_apply(
                 # movement of this account, and concurrent withdrawals see each other's holds.
                 refused = outflow_refusal(account, net.coin, amount + fee, withdrawal=True)
                 if refused:
-                    raise errors.limit_exceeded(*refused)
+                    raise errors.LimitExceeded(*refused)
 
             ledger.post(
                 senders=(account.pk,),  # re-checked under the lock: a freeze committed since stops it
@@ -259,7 +259,7 @@ def withdrawal_apply(
             withdraw_order_id
             and Withdrawal.objects.filter(account=account, withdraw_order_id=withdraw_order_id).exists()
         ):
-            raise errors.duplicate("withdrawOrderId") from exc
+            raise errors.DuplicateWithdrawOrderId() from exc
         raise
     return withdrawal
 

@@ -143,8 +143,7 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
             request_id=data.get("request_id"),
         )
         obj.pk = created.pk
-        obj.refresh_from_db()
-        obj._state.adding = False
+        obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
 
     def add_view(self, request, form_url="", extra_context=None):
         try:

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from accounts.ledger.counters import COUNTED, from_journal, period_keys
 from accounts.ledger.models import LedgerCheckRun
-from accounts.ledger.posting import _decimal
+from accounts.ledger.posting import decimal_from_db
 
 
 @dataclass
@@ -43,20 +43,22 @@ def _sums_in_database(cursor, result: CheckResult) -> dict[tuple[int, int], list
         " HAVING SUM(e.side * e.amount) <> 0 ORDER BY e.posting_id"
     )
     for posting_id, code, total in cursor.fetchall():
-        result.problems.append(f"posting #{posting_id} does not sum to zero in {code}: {_decimal(total)}")
+        result.problems.append(f"posting #{posting_id} does not sum to zero in {code}: {decimal_from_db(total)}")
     cursor.execute(
         "SELECT a.code, SUM(e.side * e.amount) FROM accounts_entry e JOIN accounts_asset a ON a.id = e.asset_id"
         " GROUP BY a.code HAVING SUM(e.side * e.amount) <> 0"
     )
     for code, total in cursor.fetchall():
-        result.problems.append(f"the book does not sum to zero in {code}: {_decimal(total)}")
+        result.problems.append(f"the book does not sum to zero in {code}: {decimal_from_db(total)}")
     cursor.execute(
         "SELECT account_id, asset_id, bucket, SUM(side * amount) FROM accounts_entry"
         " GROUP BY account_id, asset_id, bucket"
     )
     journal: dict[tuple[int, int], list[Decimal]] = {}
     for account, asset, bucket, total in cursor.fetchall():
-        journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] = _decimal(total)
+        journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] = decimal_from_db(
+            total
+        )
     return journal
 
 
@@ -69,7 +71,7 @@ def _sums_in_python(cursor, result: CheckResult) -> dict[tuple[int, int], list[D
     book: dict[str, Decimal] = defaultdict(Decimal)
     journal: dict[tuple[int, int], list[Decimal]] = {}
     for posting_id, account, asset, code, bucket, side, amount in cursor.fetchall():
-        signed = _decimal(amount) * side
+        signed = decimal_from_db(amount) * side
         per_posting[(posting_id, code)] += signed
         book[code] += signed
         journal.setdefault((account, asset), [Decimal(0), Decimal(0)])[0 if bucket == "F" else 1] += signed
@@ -96,7 +98,7 @@ def journal_free_changes(cursor, since=None) -> list[tuple[int, int, str, dateti
         [*kinds, *([since] if since is not None else [])],
     )
     return [
-        (account, asset, kind, _datetime(created), _decimal(amount) * side)
+        (account, asset, kind, _datetime(created), decimal_from_db(amount) * side)
         for account, asset, kind, created, side, amount in cursor.fetchall()
     ]
 
@@ -123,7 +125,7 @@ def _check_counters(cursor, result: CheckResult, now: datetime) -> None:
     stored = {}
     for account, asset, span, start, *values in cursor.fetchall():
         start = start if isinstance(start, date) else date.fromisoformat(str(start))
-        stored[(account, asset, span, start)] = [_decimal(v) for v in values]
+        stored[(account, asset, span, start)] = [decimal_from_db(v) for v in values]
     zero = [Decimal(0)] * 4
     for key in sorted(set(stored) | set(expected), key=str):
         if stored.get(key, zero) != expected.get(key, zero):
@@ -160,7 +162,7 @@ def ledger_check(*, record: bool = False) -> CheckResult:
             result.balances += 1
             seen.add((account, asset))
             expected = journal.get((account, asset), [Decimal(0), Decimal(0)])
-            stored = [_decimal(free), _decimal(locked)]
+            stored = [decimal_from_db(free), decimal_from_db(locked)]
             if stored != expected:
                 result.problems.append(
                     f"account {account} {code}: balance free={stored[0]} locked={stored[1]}, "

@@ -7,7 +7,7 @@ frozen, may withdraw, not a system account), kept by the database from accounts_
 
 The copy is an UPDATE of the ledger row, so it takes that row's lock: a freeze waits for a posting
 of the account in progress, and a posting that locks the row after the freeze committed reads the
-new value in its lock statement (accounts/ledger/posting.py), with no extra round trip. A posting
+new value in its lock statement (accounts/ledger/posting/), with no extra round trip. A posting
 names the accounts that must be allowed to send (`post(senders=...)`).
 """
 

@@ -21,13 +21,15 @@ from typing import Any
 from urllib.parse import unquote, unquote_plus
 
 from exchange.api.errors import (
+    AccountFrozen,
     ApiKeyNotEnabled,
     ApiKeyNotExist,
     ApiKeyTypeWrong,
     BindIpWhiteListFirst,
     InvalidSignature,
     IpNotInWhitelist,
-    TimestampOutOfWindow,
+    TimestampAhead,
+    TimestampBehind,
     Unauthorized,
     UnsupportedOperation,
 )
@@ -223,15 +225,9 @@ def verify_signature(keyed: hmac.HMAC | None, provided: str | None, candidates: 
 def check_timing(timestamp: int, recv_window: int, now_ms: int | None = None) -> None:
     now_ms = server_time_ms() if now_ms is None else now_ms
     if timestamp >= now_ms + FUTURE_TOLERANCE_MS:
-        raise TimestampOutOfWindow(
-            msg=f"Timestamp for this request was {timestamp - now_ms}ms ahead of the server's time "
-            f"(at most {FUTURE_TOLERANCE_MS - 1}ms ahead is accepted)."
-        )
+        raise TimestampAhead(timestamp - now_ms, FUTURE_TOLERANCE_MS - 1)
     if now_ms - timestamp > recv_window:
-        raise TimestampOutOfWindow(
-            msg=f"Timestamp for this request is outside of the recvWindow: {now_ms - timestamp}ms behind "
-            f"the server's time, recvWindow is {recv_window}ms."
-        )
+        raise TimestampBehind(now_ms - timestamp, recv_window)
 
 
 def replay_window_seconds(valid_until_ms: int) -> int:
@@ -330,7 +326,7 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
     if not api_key.is_enabled or not account.is_active:
         raise ApiKeyNotEnabled()
     if account.is_frozen:  # every key of a frozen account, for every endpoint (accounts/policy.py)
-        raise ApiKeyNotEnabled(msg="This account is frozen: its API keys are disabled. Please contact support.")
+        raise AccountFrozen()
     if account.system_role is not None:  # the service's own ledger accounts have no API
         raise ApiKeyNotEnabled()
     if endpoint.writes and api_key.is_read_only:

@@ -13,6 +13,7 @@ refused for its Host must not have `get_host()` or `build_absolute_uri()` called
 from __future__ import annotations
 
 from django.core.exceptions import DisallowedHost
+from django.http import JsonResponse
 from django.views import defaults
 
 from exchange.api.errors import (
@@ -21,7 +22,6 @@ from exchange.api.errors import (
     NoPermission,
     NotFound,
     UnknownError,
-    error_response,
 )
 from exchange.api.middleware import API_PREFIX, client_ip
 from exchange.api.ratelimit import apply_weight_headers, charge
@@ -33,6 +33,10 @@ def _is_openapi(request) -> bool:
     return request.path_info.startswith(API_PREFIX)
 
 
+def _envelope(error: ExchangeError) -> JsonResponse:
+    return JsonResponse(error.response_body(), status=error.http_status, headers=error.headers)
+
+
 def _refuse(request, error: ExchangeError):
     """The envelope of `error`, or of the limit or ban the request's charge runs into (they outrank it)."""
     if getattr(request, "_used_weight", None) is None:  # not charged by a view yet
@@ -41,7 +45,7 @@ def _refuse(request, error: ExchangeError):
             charge(request, ip=ip, ip_weight=REFUSAL_WEIGHT)
         except ExchangeError as limit:
             error = limit
-    response = error_response(error)
+    response = _envelope(error)
     apply_weight_headers(request, response)
     return response
 
@@ -68,5 +72,5 @@ def page_not_found(request, exception, template_name=defaults.ERROR_404_TEMPLATE
 
 def server_error(request, template_name=defaults.ERROR_500_TEMPLATE_NAME):
     if _is_openapi(request):
-        return error_response(UnknownError())  # Django has logged the exception already
+        return _envelope(UnknownError())  # Django has logged the exception already
     return defaults.server_error(request, template_name)

@@ -22,6 +22,7 @@ from exchange.api.errors import (
     ConflictParameter,
     InvalidParameter,
     MissingParameter,
+    ParameterInvalid,
     ParameterNotRequired,
 )
 
@@ -144,7 +145,7 @@ def _parse_string(param: Param, raw: str) -> str:
     if param.max_length is not None and len(raw) > param.max_length:
         raise InvalidParameter(param.name)
     if _CONTROL_RE.search(raw):
-        raise InvalidParameter(msg=f"Parameter '{param.name}' is not valid: control characters are not allowed.")
+        raise ParameterInvalid(param.name, "control characters are not allowed")
     return raw
 
 
@@ -169,9 +170,7 @@ def ascii_int_list(name: str, text: str) -> list[int]:
 def check_skip(name: str, skipped_rows: int) -> None:
     """Refuse paging deeper than MAX_SKIPPED_ROWS (-1025 on the paging parameter `name`)."""
     if skipped_rows > MAX_SKIPPED_ROWS:
-        raise InvalidParameter(
-            msg=f"Parameter '{name}' is not valid: at most {MAX_SKIPPED_ROWS} rows can be skipped; narrow the query."
-        )
+        raise ParameterInvalid(name, f"at most {MAX_SKIPPED_ROWS} rows can be skipped; narrow the query")
 
 
 def _parse_decimal(param: Param, raw: str) -> Decimal:

@@ -40,7 +40,13 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
 from redis.exceptions import RedisError
 
-from exchange.api.errors import Disconnected, IpBanned, SignatureReplayed, TimestampOutOfWindow, TooManyRequests
+from exchange.api.errors import (
+    IpBanned,
+    ReplayCheckUnavailable,
+    SignatureReplayed,
+    TimestampBeforeReplayMemory,
+    TooManyRequests,
+)
 from exchange.models import RateLimitBan
 
 logger = logging.getLogger(__name__)
@@ -385,10 +391,7 @@ def charge(
         # signed write moves or changes something: without the replay check it could be run twice.
         if signature:
             logger.error("Replay store unavailable (%s); signed write refused", type(exc).__name__)
-            raise Disconnected(
-                msg="Internal error; unable to check this request against replay. It was not executed: "
-                "sign it again and retry."
-            ) from exc
+            raise ReplayCheckUnavailable() from exc
         logger.exception("Rate-limit storage unavailable; request not counted")
         return
     if taken.ban_ms:
@@ -402,10 +405,7 @@ def charge(
     if taken.replayed == 1:
         raise SignatureReplayed()
     if taken.replayed == 2:
-        raise TimestampOutOfWindow(
-            msg="Timestamp for this request is older than the service's replay memory (restarted moments "
-            "ago); sign the request again with a fresh timestamp."
-        )
+        raise TimestampBeforeReplayMemory()
     if uid_item is not None and taken.uid > uid_item.amount:
         _over_limit(ip, "uid", taken.uid, uid_item.amount, taken.uid_ms)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from exchange.api.errors import InvalidParameter
+from exchange.api.errors import EndTimeBeforeStartTime, InvalidParameter, PeriodTooLong
 
 LAST_MICROSECOND = timedelta(microseconds=999)
 
@@ -44,7 +44,7 @@ def window(
     end = end_from_ms(end_ms) if end_ms is not None else now
     start = from_ms(start_ms, "startTime") if start_ms is not None else shift(end, -(default_span or span), "endTime")
     if end < start:
-        raise InvalidParameter(msg="Parameter 'endTime' must not be before 'startTime'.")
+        raise EndTimeBeforeStartTime()
     if start_ms is not None and end_ms is not None and end - start >= span:
-        raise InvalidParameter(msg=f"The period between startTime and endTime must be less than {span.days} days.")
+        raise PeriodTooLong(span.days)
     return start, end

@@ -12,9 +12,10 @@ import pytest
 from django.utils import timezone
 
 from accounts import ledger
-from accounts.ledger import posting as posting_module
+from accounts.ledger.posting import api as posting_module
 from accounts.models import Asset, Balance, LimitTier, SystemRole, TierLimit
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 
 pytestmark = pytest.mark.django_db
 

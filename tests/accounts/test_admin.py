@@ -16,7 +16,8 @@ from accounts.models import ApiKey, ApiKeyStatus, User
 from exchange import services
 from exchange.api import ratelimit
 from exchange.models import BusinessStatus, RateLimitBan
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 from tests.support.staff import logged_in as _staff_client
 from tests.support.staff import staff_in as _staff_in
 

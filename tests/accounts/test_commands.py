@@ -12,7 +12,8 @@ from django.test import override_settings
 
 from accounts.crypto import decrypt_secret
 from accounts.models import ApiKey, ApiKeyStatus, User
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 
 pytestmark = pytest.mark.django_db
 

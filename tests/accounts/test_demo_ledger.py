@@ -15,7 +15,7 @@ from django.urls import reverse
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, Entry, LedgerCheckRun, Posting, SystemRole, User
 from accounts.tasks import ledger_check_task
-from tests.conftest import SignedClient
+from tests.support.client import SignedClient
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,8 @@ from django.test import override_settings
 from accounts import services
 from accounts.keyring import KeyringCache, keyrings
 from exchange.api.signing import sign
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 
 
 def _wait_until(predicate, seconds: float = 3.0) -> bool:

@@ -17,7 +17,8 @@ from exchange.api import auth
 from exchange.api.auth import Security
 from exchange.api.params import Param, ParamSpec
 from exchange.api.views import GatewayApi
-from tests.conftest import FORM, SignedClient, assert_error, hmac_hex, now_ms
+from tests.support.assertions import assert_error
+from tests.support.client import FORM, SignedClient, hmac_hex, now_ms
 
 API_KEYS = "/openapi/v1/api-keys"
 ECHO = "/openapi/test/echo"

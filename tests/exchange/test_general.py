@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from exchange import services
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db
 

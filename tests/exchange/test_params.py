@@ -10,8 +10,9 @@ import pytest
 from exchange.api import auth
 from exchange.api.errors import ExchangeError
 from exchange.api.params import RECV_WINDOW, TIMESTAMP, Param, ParamSpec, merge_params
-from tests.conftest import assert_error, hmac_hex, now_ms
 from tests.exchange.test_gateway_auth import TEST_URLS, send, with_signature
+from tests.support.assertions import assert_error
+from tests.support.client import hmac_hex, now_ms
 
 API_KEYS = "/openapi/v1/api-keys"
 ECHO = "/openapi/test/echo"

@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from exchange.api import ratelimit
 from exchange.models import RateLimitBan
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 
 PING = "/openapi/v1/ping"
 STATUS = "/openapi/v1/check-sys-status"

@@ -3,7 +3,8 @@ move money twice, even without a client id). Reads may be repeated."""
 
 import pytest
 
-from tests.conftest import SignedClient, assert_error, now_ms
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient, now_ms
 
 
 @pytest.mark.django_db
@@ -31,7 +32,7 @@ def test_upper_case_copy_of_a_used_signature_is_also_refused(master, make_key, s
     client = SignedClient(api_key.key, secret)
     from urllib.parse import urlencode
 
-    from tests.conftest import hmac_hex
+    from tests.support.client import hmac_hex
 
     stamp = now_ms()
     query = urlencode({"account": "NOPE", "target_address": "x@example.com", "amount": "1", "timestamp": stamp})
@@ -132,7 +133,7 @@ def test_a_request_refused_for_a_read_only_key_does_not_spend_its_signature(mast
 def test_a_captured_signature_sent_with_other_parameters_is_not_spent(master, make_key):
     """A bad signature (here: a genuine one on other parameters) is refused without being remembered,
     so the genuine request that carries it is still accepted."""
-    from tests.conftest import hmac_hex
+    from tests.support.client import hmac_hex
 
     api_key, secret = make_key(master)
     client = SignedClient(api_key.key, secret)

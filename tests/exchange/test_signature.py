@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from exchange.api import ratelimit
 from exchange.api.signing import sign
-from tests.conftest import assert_error, hmac_hex, now_ms
 from tests.exchange.test_gateway_auth import TEST_URLS, send, with_signature
+from tests.support.assertions import assert_error
+from tests.support.client import hmac_hex, now_ms
 
 API_KEYS = "/openapi/v1/api-keys"
 ECHO = "/openapi/test/echo"

@@ -14,7 +14,7 @@ from accounts.models import User
 from exchange.api import ratelimit
 from exchange.api.middleware import is_api_path
 from exchange.models import RateLimitBan
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db
 

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 
 
 @pytest.mark.django_db

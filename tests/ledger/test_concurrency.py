@@ -316,7 +316,7 @@ def test_ledger_rows_created_concurrently_by_first_postings_do_not_deadlock(make
     exist, then inserts the missing ones and locks again. So T1 can hold C (locked on its first
     pass, created meanwhile by T3) while waiting for A, which T2 inserted and has not committed,
     while T2 waits to lock C: a lock-order inversion, i.e. a deadlock (PostgreSQL kills one)."""
-    from accounts.ledger import posting
+    from accounts.ledger.posting import api as posting
 
     s1, s2, s3 = (make_user().id for _ in range(3))
     for source in (s1, s2, s3):

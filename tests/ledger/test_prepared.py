@@ -47,7 +47,7 @@ def _dsn() -> str:
 
 
 def test_array_literals_carry_exact_decimals_and_refuse_foreign_text(make_user):
-    from accounts.ledger.posting import _array_literal
+    from accounts.ledger.posting import array_literal
 
     Asset.objects.create(code="BTC", name="Bitcoin", transfer_precision=8)
     alice, bob = make_user().id, make_user().id
@@ -57,10 +57,10 @@ def test_array_literals_carry_exact_decimals_and_refuse_foreign_text(make_user):
     result = ledger.post(legs=ledger.move(alice, bob, "BTC", tiny), kind="P2P_TRANSFER", reference="p2p:tiny")
     after = {b.account_id: b.free for b in result.balances}
     assert after == {alice: huge - tiny, bob: tiny}
-    assert _array_literal([1, Decimal("-0.5"), True, "F"]) == "{1,-0.5,t,F}"
+    assert array_literal([1, Decimal("-0.5"), True, "F"]) == "{1,-0.5,t,F}"
     for foreign in ("a,b", "}", "FL", '"'):
         with pytest.raises(TypeError):
-            _array_literal([foreign])
+            array_literal([foreign])
 
 
 def test_the_zero_sum_rule_is_the_statement_trigger_only(db):

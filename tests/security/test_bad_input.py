@@ -9,15 +9,21 @@ from django.test import Client
 
 from accounts.ledger.check import ledger_check
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.factories import UserFactory, customer
 from wallet.models import Transfer
 
 PING = "/openapi/v1/ping"
 
 
+PEER = "peer@test.example"
+
+
 @pytest.fixture
-def client(demo):
-    return SignedClient(demo["master"]["api_key"], demo["master"]["secret_key"])
+def client(db):
+    """A customer holding PHP, who sends some to PEER."""
+    UserFactory(email=PEER)
+    return customer(funding={"PHP": "1000"}).client
 
 
 def test_deeply_nested_json_is_bad_input_and_charged(db):
@@ -68,7 +74,7 @@ def test_deepest_allowed_page_is_answered(client):
 @pytest.mark.parametrize("text", ["\x00", "hi\x00there", "\x07", "\x1b[31m", "\x7f", "\x85"])
 def test_control_characters_in_strings_are_invalid(client, settings, text):
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
-    params = {"account": "PHP", "target_address": "peer@demo.exchange", "amount": "1", "message": text}
+    params = {"account": "PHP", "target_address": PEER, "amount": "1", "message": text}
     body = assert_error(client.post("/openapi/transfer/v4/transfers", params), -1025, 400)
     assert "message" in body["msg"]
     assert Transfer.objects.count() == 0
@@ -77,7 +83,7 @@ def test_control_characters_in_strings_are_invalid(client, settings, text):
 
 def test_tabs_and_new_lines_are_text(client, settings):
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
-    params = {"account": "PHP", "target_address": "peer@demo.exchange", "amount": "1", "message": "a\tb\r\nc"}
+    params = {"account": "PHP", "target_address": PEER, "amount": "1", "message": "a\tb\r\nc"}
     assert client.post("/openapi/transfer/v4/transfers", params).status_code == 200
 
 
@@ -103,10 +109,10 @@ def test_a_refused_content_negotiation_is_charged_and_a_ban_holds(db, settings):
 def test_a_lone_surrogate_in_a_json_string_is_invalid(client, settings):
     """Found in review: `"\\ud800"` passed the checks and PostgreSQL could not be sent it: a 500."""
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
-    from tests.conftest import hmac_hex, now_ms
+    from tests.support.client import hmac_hex, now_ms
 
     text = (
-        '{"account":"PHP","target_address":"peer@demo.exchange","amount":"1","message":"\\ud800",'
+        '{"account":"PHP","target_address":"peer@test.example","amount":"1","message":"\\ud800",'
         f'"timestamp":"{now_ms()}"}}'
     )
     response = client.client.generic(

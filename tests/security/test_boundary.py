@@ -16,7 +16,9 @@ from accounts.ledger.check import ledger_check
 from accounts.models import Balance
 from exchange.api.auth import SIGNING_PARAMS, signature_candidates
 from exchange.api.params import merge_params, split_pairs
-from tests.conftest import FORM, assert_error, hmac_hex, now_ms
+from tests.support.assertions import assert_error
+from tests.support.client import FORM, hmac_hex, now_ms
+from tests.support.factories import UserFactory, customer
 from wallet.models import Transfer
 from wallet.transfers.apis import TransferCreateApi, TransferQueryApi
 
@@ -32,6 +34,13 @@ def _raised_limits(settings):
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
 
 
+@pytest.fixture
+def sender(db):
+    """A customer holding PHP; the texts below send it to peer@demo.exchange."""
+    UserFactory(email="peer@demo.exchange")
+    return customer(funding={"PHP": "1000"})
+
+
 def send_raw(api_key: str, query: str, body: str):
     return Client().generic(
         "POST", f"{V4}?{query}", data=body, content_type=FORM, headers={"X-SERVICE-APIKEY": api_key}
@@ -43,11 +52,11 @@ def php(email: str):
     return row.free if row else 0
 
 
-def test_moving_a_character_across_the_boundary_is_refused(demo, make_user):
+def test_moving_a_character_across_the_boundary_is_refused(sender, make_user):
     """The review's reproduction: the query's last character moved into the body sends the money
     to `peer@demo.exchang`, an account registered beforehand."""
     make_user(email="peer@demo.exchang")
-    key, secret = demo["master"]["api_key"], demo["master"]["secret_key"]
+    key, secret = sender.api_key.key, sender.secret
     stamp = now_ms()
     query = "account=PHP&amount=100&target_address=peer%40demo.exchange"
     body = f"message=hi&timestamp={stamp}"
@@ -67,10 +76,10 @@ def test_moving_a_character_across_the_boundary_is_refused(demo, make_user):
     assert ledger_check().ok
 
 
-def test_parameters_joined_into_one_value_are_refused(demo):
+def test_parameters_joined_into_one_value_are_refused(sender):
     """A captured query ending `message=hi` and body `client_transfer_id=abc&...` resent as one
     query would run without the client's idempotency id: refused."""
-    key, secret = demo["master"]["api_key"], demo["master"]["secret_key"]
+    key, secret = sender.api_key.key, sender.secret
     stamp = now_ms()
     query = "account=PHP&amount=5&target_address=peer%40demo.exchange&message=hi"
     body = f"client_transfer_id=abc&timestamp={stamp}"
@@ -79,8 +88,8 @@ def test_parameters_joined_into_one_value_are_refused(demo):
     assert Transfer.objects.count() == 0
 
 
-def test_an_honest_query_and_body_split_anywhere_at_a_pair_is_accepted(demo):
-    key, secret = demo["master"]["api_key"], demo["master"]["secret_key"]
+def test_an_honest_query_and_body_split_anywhere_at_a_pair_is_accepted(sender):
+    key, secret = sender.api_key.key, sender.secret
     pairs = [("account", "PHP"), ("amount", "1"), ("target_address", "peer@demo.exchange"), ("message", "a=b&c")]
     for cut in range(len(pairs) + 1):
         stamp = now_ms() + cut  # a fresh signature each time
@@ -146,12 +155,12 @@ def test_honest_requests_are_accepted(pairs, cut, decoded):
     assert _accepts(query, body, signed, CREATE_NAMES), (query, body)
 
 
-def test_a_pair_hidden_by_percent_encoding_its_equals_sign_is_refused(demo):
+def test_a_pair_hidden_by_percent_encoding_its_equals_sign_is_refused(sender):
     """Found in review: a client that signs the percent-decoded text; the forger writes the `=` of
     the joined pair as `%3D`, so the raw text has no `=` in a value but the decoded text is the
     signed one, and `client_transfer_id` would vanish into `message` (the client's retry would then
     send the money twice)."""
-    key, secret = demo["master"]["api_key"], demo["master"]["secret_key"]
+    key, secret = sender.api_key.key, sender.secret
     stamp = now_ms()
     query = "account=PHP&amount=5&target_address=peer%40demo.exchange&message=hi"
     body = f"client_transfer_id=abc&timestamp={stamp}"
@@ -165,10 +174,10 @@ def test_a_pair_hidden_by_percent_encoding_its_equals_sign_is_refused(demo):
     assert Transfer.objects.get().client_transfer_id == "abc"
 
 
-def test_a_json_bodys_text_resent_as_form_text_is_refused(demo):
+def test_a_json_bodys_text_resent_as_form_text_is_refused(sender):
     """Found in review: a JSON body whose string holds `&amount=7&...` resent as a form body (or a
     query string) would be read as the pairs inside the string."""
-    key, secret = demo["master"]["api_key"], demo["master"]["secret_key"]
+    key, secret = sender.api_key.key, sender.secret
     stamp = now_ms()
     inner = f"&account=PHP&amount=7&target_address=peer%40demo.exchange&timestamp={stamp}&x="
     text = '{"account":"PHP","amount":"1","target_address":"peer@demo.exchange","message":"' + inner + '"}'

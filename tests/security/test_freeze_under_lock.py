@@ -14,11 +14,12 @@ import psycopg
 import pytest
 from django.db import connection
 
+from accounts.errors import AccountMayNotSend
 from accounts.ledger.check import ledger_check
 from accounts.ledger.models import LedgerAccount
 from accounts.models import Balance, SystemRole, User
-from accounts.policy import AccountMayNotSend
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 from wallet.models import Transfer
 from wallet.transfers import services as transfer_services
 

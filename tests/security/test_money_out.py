@@ -9,11 +9,12 @@ from decimal import Decimal
 
 import pytest
 
+from accounts.errors import AccountMayNotSend
 from accounts.ledger.check import ledger_check
 from accounts.ledger.models import Asset, Posting
 from accounts.models import ApiKeyType, Balance, User
-from accounts.policy import AccountMayNotSend
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 from wallet.models import Transfer, Withdrawal
 from wallet.transfers import services as transfer_services
 

@@ -12,23 +12,27 @@ import pytest
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance
 from exchange.api import ratelimit
-from tests.conftest import SignedClient, assert_error, now_ms
+from tests.support.assertions import assert_error
+from tests.support.client import now_ms
+from tests.support.factories import UserFactory, customer, fund
 from wallet.models import Transfer
 
 V4 = "/openapi/transfer/v4/transfers"
-PEER = "peer@demo.exchange"
+PEER = "peer@test.example"
 SEVEN = {"account": "PHP", "target_address": PEER, "amount": "7.00"}
 
 
 @pytest.fixture(autouse=True)
-def _raised_limits(demo, settings):
+def _raised_limits(settings):
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
 
 
 @pytest.fixture
-def client(demo):
-    return SignedClient(demo["master"]["api_key"], demo["master"]["secret_key"])
+def client(db):
+    """A customer holding 1000 PHP, who sends 7.00 to PEER (who holds some already)."""
+    fund(UserFactory(email=PEER), "PHP", "5000")
+    return customer(funding={"PHP": "1000"}).client
 
 
 def peer_php() -> Decimal:

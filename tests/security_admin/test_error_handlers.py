@@ -15,7 +15,7 @@ from django.urls import get_resolver
 from exchange.api import handlers
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
 from exchange.models import RateLimitBan
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db
 

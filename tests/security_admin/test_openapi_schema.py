@@ -13,7 +13,7 @@ from exchange.api import ratelimit
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
 from exchange.api.schema import forget_openapi_document
 from exchange.apis import OpenApiSchemaApi
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db
 

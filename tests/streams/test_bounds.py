@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from streams import consumers, services, watcher
 from streams.store import Lease, MemoryStore, store
-from tests.streams.conftest import communicator
+from tests.support.streams import communicator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

@@ -26,7 +26,9 @@ from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from streams import relay
 from streams.consumers import UserDataConsumer
-from tests.streams.conftest import connect, deposit, deposit_from_threads
+from streams.relay import fast_path, sweeper
+from tests.support.factories import deposit
+from tests.support.streams import connect, deposit_from_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -37,21 +39,21 @@ SWEEPER = {"STREAM_SWEEPER_ENABLED": True, "STREAM_SWEEP_SECONDS": 0.1, "STREAM_
 @pytest.fixture
 def sweeper_slot(monkeypatch):
     """No sweeper from an earlier test's (closed) event loop; this test's is cancelled at the end."""
-    monkeypatch.setattr(relay, "_sweeper", None)
+    monkeypatch.setattr(sweeper, "_sweeper", None)
     yield
-    task = relay._sweeper
+    task = sweeper._sweeper
     if task is not None and not task.done():
         with contextlib.suppress(RuntimeError):  # its event loop may be closed already
             task.cancel()
 
 
 async def stop_sweeper() -> None:
-    task = relay._sweeper
+    task = sweeper._sweeper
     if task is not None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    relay._sweeper = None
+    sweeper._sweeper = None
 
 
 def published(posting_id: int, account_id: int):
@@ -82,16 +84,16 @@ async def expect_deposit(ws, amount: str, free: str) -> tuple[dict, dict]:
 
 
 async def test_sweeper_delivers_what_the_fast_path_left(master, assets, monkeypatch, sweeper_slot):
-    monkeypatch.setattr(relay, "fast_path_enabled", lambda: False)
+    monkeypatch.setattr(fast_path, "fast_path_enabled", lambda: False)
     ws = await connect(master)  # the sweeper is off in test settings: connect starts none
-    assert relay._sweeper is None
+    assert sweeper._sweeper is None
     result = await sync_to_async(deposit)(master, "1.5")
     assert await ws.receive_nothing(0.5)
     assert await sync_to_async(published)(result.posting_id, master.pk) is None
     try:
         with override_settings(**SWEEPER):
             relay.ensure_relay()
-            assert relay._sweeper is not None
+            assert sweeper._sweeper is not None
             await expect_deposit(ws, "1.50000000", "1.50000000")
             assert await wait_published(result.posting_id, master.pk) is not None
             # Later rows too, in order, each once.
@@ -114,7 +116,7 @@ async def test_sweeper_delivers_after_a_failed_fast_path_send(master, assets, mo
     def broken(*args, **kwargs):
         raise ConnectionError("channel layer unavailable")
 
-    monkeypatch.setattr(relay, "_result_messages", broken)  # the fast path's send step
+    monkeypatch.setattr(fast_path, "_result_messages", broken)  # the fast path's send step
     ws = await connect(master)
     result = await sync_to_async(deposit)(master, "0.75")
     assert await ws.receive_nothing(0.5)
@@ -194,8 +196,8 @@ async def test_killed_process_event_arrives_with_the_sweeper_running(master, ass
     try:
         with override_settings(STREAM_SWEEPER_ENABLED=True, STREAM_SWEEP_SECONDS=0.1):
             ws = await connect(master)  # starts this process's sweeper
-            assert relay._sweeper is not None
-            assert not relay._sweeper.done()
+            assert sweeper._sweeper is not None
+            assert not sweeper._sweeper.done()
             await sync_to_async(deposit)(master, "1")  # the fast path still works here
             await expect_deposit(ws, "1.00000000", "1.00000000")
             code, out, err = await run_worker(master, "0.5", "crash:2")
@@ -219,7 +221,7 @@ async def test_gap_is_filled_in_order_and_duplicates_are_dropped(master, assets,
     await expect_deposit(ws, "1.00000000", "1.00000000")
     seq_n = first.balances[0].seq
 
-    monkeypatch.setattr(relay, "fast_path_enabled", lambda: False)
+    monkeypatch.setattr(fast_path, "fast_path_enabled", lambda: False)
     missing = await sync_to_async(deposit)(master, "2")  # seq N+1, never published
     later = await sync_to_async(deposit)(master, "4")  # seq N+2, delivered by hand below
     assert missing.balances[0].seq == seq_n + 1
@@ -252,7 +254,7 @@ async def test_gap_is_filled_in_order_and_duplicates_are_dropped(master, assets,
         await stop_sweeper()
 
     # And the stream goes on after the gap.
-    monkeypatch.setattr(relay, "fast_path_enabled", lambda: True)
+    monkeypatch.setattr(fast_path, "fast_path_enabled", lambda: True)
     await sync_to_async(deposit)(master, "8")
     await expect_deposit(ws, "8.00000000", "15.00000000")
     await ws.disconnect()
@@ -276,12 +278,12 @@ async def test_rows_from_before_the_connection_are_not_replayed(master, assets, 
 
 
 def _deposit_unpublished(user, amount: str):
-    original = relay.fast_path_enabled
-    relay.fast_path_enabled = lambda: False
+    original = fast_path.fast_path_enabled
+    fast_path.fast_path_enabled = lambda: False
     try:
         return deposit(user, amount)
     finally:
-        relay.fast_path_enabled = original
+        fast_path.fast_path_enabled = original
 
 
 # --- a burst while the consumer is stalled ---------------------------------------------------------

@@ -16,7 +16,8 @@ from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from exchange.api import formatting as fmt
-from tests.streams.conftest import connect, deposit
+from tests.support.factories import deposit
+from tests.support.streams import connect
 
 BALANCE_UPDATE_FIELDS = {"e", "E", "a", "d", "T", "BS"}
 POSITION_FIELDS = {"e", "E", "u", "B"}

@@ -21,9 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 import requests
@@ -31,131 +29,49 @@ from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.stack import PYTHON, ROOT, flush_redis, free_port, manage, services_unreachable
+from tests.support.stack import (
+    FULLSTACK_DB_NAME,
+    FULLSTACK_REDIS_DB,
+    PING_INTERVAL,
+    PING_TIMEOUT,
+    PYTHON,
+    ROOT,
+    Server,
+    daphne,
+    daphne_env,
+    load_demo,
+    private_services,
+    requires_services,
+)
 
-DB_NAME = os.environ.get("FULLSTACK_DATABASE_NAME", "exchange_fullstack_test")
-REDIS_DB = int(os.environ.get("FULLSTACK_REDIS_DB", "9"))  # 8, 10-15: other tests and benches
-BASE_DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0.1:5432/exchange")
-BASE_REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
-PG_SERVER = BASE_DATABASE_URL.rsplit("/", 1)[0]
-REDIS_SERVER = BASE_REDIS_URL.rsplit("/", 1)[0]
-PING_INTERVAL, PING_TIMEOUT = 1, 2
 DELIVERY_SECONDS = 1.0  # commit in one process -> event at the client of the server
 
-
-_UNREACHABLE = services_unreachable(PG_SERVER, f"{REDIS_SERVER}/{REDIS_DB}")
-pytestmark = [
-    pytest.mark.skipif(_UNREACHABLE is not None, reason=_UNREACHABLE or ""),
-    pytest.mark.timeout(180),
-]
+pytestmark = [requires_services(FULLSTACK_REDIS_DB), pytest.mark.timeout(180)]
 
 
 # --- servers ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Server:
-    port: int
-    env: dict[str, str]
-    proc: subprocess.Popen
-    log: Path
-    world: dict
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def ws_url(self, key: str) -> str:
-        return f"ws://127.0.0.1:{self.port}/openapi/ws/{key}"
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-    def headers(self) -> dict[str, str]:
-        return {"X-SERVICE-APIKEY": self.world["master"]["api_key"]}
-
-    def start_key(self) -> str:
-        response = requests.post(f"{self.http}/openapi/v1/userDataStream", headers=self.headers(), timeout=10)
-        assert response.status_code == 200, response.text
-        return response.json()["listenKey"]
-
-
-def _server_env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEST_DATABASE"))}
-    # FULLSTACK_SETTINGS: run the servers with another settings module (e.g. to try a fix).
-    settings_module = os.environ.get("FULLSTACK_SETTINGS", "exchange.settings.base")
-    env.update(DJANGO_SETTINGS_MODULE=settings_module, DEBUG="false", LOG_LEVEL="WARNING")
-    # Hundreds of clients connect at once from 127.0.0.1 here: room above the per-IP cap's 100.
-    env.setdefault("STREAM_MAX_CONNECTIONS_PER_IP", "1000")
-    for name in ("RATE_LIMIT_STORAGE_URL", "CELERY_BROKER_URL"):
-        env.pop(name, None)
-    env.update(overrides)
-    return env
-
-
-@contextlib.contextmanager
-def _daphne(env: dict[str, str], world: dict):
-    port = free_port()
-    log = Path(tempfile.mkstemp(prefix="fullstack-daphne-", suffix=".log")[1])
-    args = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    args += ["--ping-interval", str(PING_INTERVAL), "--ping-timeout", str(PING_TIMEOUT), "exchange.asgi:application"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(  # noqa: S603
-            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    server = Server(port, env, proc, log, world)
-    try:
-        deadline = time.time() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"Daphne did not start:\n{server.log_tail()}")
-            time.sleep(0.1)
-        yield server
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.unlink(missing_ok=True)
-
-
 @pytest.fixture(scope="module")
 def full_stack():
-    import psycopg
-
-    env = _server_env(
-        DATABASE_URL=f"{PG_SERVER}/{DB_NAME}",
-        REDIS_URL=f"{REDIS_SERVER}/{REDIS_DB}",
-        STREAM_CHANNEL_CAPACITY="100",  # small, so that a burst overflows it (see the burst test)
-    )
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {DB_NAME}")
-    flush_redis(env["REDIS_URL"])
-    try:
-        manage(env, "migrate", "--noinput", "-v", "0")
-        world = json.loads(manage(env, "demo", "--json").stdout)
-        with _daphne(env, world) as server:
+    with private_services(FULLSTACK_DB_NAME, FULLSTACK_REDIS_DB) as (database_url, redis_url):
+        env = daphne_env(
+            DATABASE_URL=database_url,
+            REDIS_URL=redis_url,
+            STREAM_CHANNEL_CAPACITY="100",  # small, so that a burst overflows it (see the burst test)
+        )
+        world = load_demo(env)
+        with daphne(env, world) as server:
             yield server
-    finally:
-        flush_redis(env["REDIS_URL"])
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
 
 
 @pytest.fixture(scope="module")
 def embedded():
     """The embedded default: no REDIS_URL (in-memory channel layer and listenKey store), SQLite."""
     with tempfile.TemporaryDirectory(prefix="fullstack-embedded-") as tmp:
-        env = _server_env(DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3", REDIS_URL="")
-        manage(env, "migrate", "--noinput", "-v", "0")
-        world = json.loads(manage(env, "demo", "--json").stdout)
-        with _daphne(env, world) as server:
+        env = daphne_env(DATABASE_URL=f"sqlite:///{tmp}/db.sqlite3", REDIS_URL="")
+        world = load_demo(env)
+        with daphne(env, world) as server:
             yield server
 
 

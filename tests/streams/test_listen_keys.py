@@ -18,8 +18,9 @@ from accounts.models import User
 from streams import services
 from streams.models import ListenKey
 from streams.store import store
-from tests.conftest import SignedClient, assert_error
-from tests.streams.conftest import communicator
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
+from tests.support.streams import communicator
 
 PATH = "/openapi/v1/userDataStream"
 KEY_DEAD = {"type": "websocket.close", "code": 4001}

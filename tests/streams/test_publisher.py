@@ -19,7 +19,9 @@ from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from streams import relay
-from tests.streams.conftest import connect, deposit, deposit_from_threads
+from streams.relay import fast_path
+from tests.support.factories import deposit
+from tests.support.streams import connect, deposit_from_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -57,7 +59,7 @@ async def test_concurrent_postings_arrive_once_and_in_order_through_batches(make
     clients = {user.pk: await connect(user) for user in accounts}
     world = await sync_to_async(ledger.system_account_id)(SystemRole.WORLD)
     count, threads = 400, 4
-    publisher = relay._process_publisher(get_channel_layer())
+    publisher = fast_path._process_publisher(get_channel_layer())
     batches_before = publisher.batches
     send = publisher.sender.send
 
@@ -112,7 +114,7 @@ async def test_a_message_with_a_hole_is_completed_from_the_database(master, asse
     """A batch may carry an account's rows n and n+2 while n+1, committed by another thread, waits for
     the next batch: the client gets n, n+1, n+2 at once, in order, and n+1 only once."""
     ws = await connect(master)
-    monkeypatch.setattr(relay, "fast_path_enabled", lambda: False)
+    monkeypatch.setattr(fast_path, "fast_path_enabled", lambda: False)
     results = [await sync_to_async(deposit)(master, str(n)) for n in (1, 2, 4)]
     seqs = [r.balances[0].seq for r in results]
     layer = get_channel_layer()
@@ -143,7 +145,7 @@ async def test_rows_are_marked_published_after_the_send(master, assets, monkeypa
 
 
 async def test_a_failed_send_leaves_the_rows_to_the_sweeper(master, assets, monkeypatch):
-    publisher = relay._process_publisher(get_channel_layer())
+    publisher = fast_path._process_publisher(get_channel_layer())
 
     def broken(messages):
         raise ConnectionError("Redis is down")
@@ -163,23 +165,23 @@ async def test_a_failed_send_leaves_the_rows_to_the_sweeper(master, assets, monk
 
 
 async def test_a_dead_publisher_thread_is_replaced(master, assets, monkeypatch):
-    old = relay._process_publisher(get_channel_layer())
+    old = fast_path._process_publisher(get_channel_layer())
     monkeypatch.setattr(old, "alive", lambda: False)
     ws = await connect(master)
     await sync_to_async(deposit)(master, "1")
     assert len(await events_until(ws, lambda events: len(events) >= 2)) == 2
-    assert relay._publisher is not old
-    assert relay._publisher.alive()
+    assert fast_path._publisher is not old
+    assert fast_path._publisher.alive()
     await ws.disconnect()
 
 
 async def test_in_memory_layer_is_served_on_the_server_loop(master, assets, monkeypatch):
     """The embedded default: the in-memory layer lives in the server's event loop, so the
     publisher thread hands its sends to that loop."""
-    monkeypatch.setattr(relay, "_server_process", True)
+    monkeypatch.setattr(fast_path, "_server_process", True)
     with override_settings(CHANNEL_LAYERS={"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}):
         ws = await connect(master)  # ensure_relay() records this loop
-        assert relay._server_loop is asyncio.get_running_loop()
+        assert fast_path._server_loop is asyncio.get_running_loop()
         await sync_to_async(deposit)(master, "1.5")
         events = await events_until(ws, lambda events: len(events) >= 2, timeout=5)
         assert [e["e"] for e in events] == ["balanceUpdate", "outboundAccountPosition"]
@@ -191,7 +193,7 @@ async def test_in_memory_layer_is_served_on_the_server_loop(master, assets, monk
 
 async def test_marking_a_posting_published_keeps_the_time_of_rows_published_before(make_user, assets, monkeypatch):
     """The fast path marks rows by posting id; a row the sweeper published first keeps its time."""
-    monkeypatch.setattr("accounts.ledger.posting.after_commit_listeners", [])  # no publisher racing us
+    monkeypatch.setattr("accounts.ledger.posting.api.after_commit_listeners", [])  # no publisher racing us
 
     def scenario():
         alice, bob = make_user(), make_user()
@@ -204,7 +206,7 @@ async def test_marking_a_posting_published_keeps_the_time_of_rows_published_befo
         relay.mark_published([earlier.pk])
         first = BalanceChange.objects.get(pk=earlier.pk).published_at
         time.sleep(0.01)
-        relay._mark_postings_published([result.posting_id])
+        relay.mark_postings_published([result.posting_id])
         after = dict(rows.values_list("account_id", "published_at"))
         assert after[alice.pk] == first  # not re-marked
         assert after[bob.pk] is not None

@@ -19,8 +19,10 @@ from exchange.api.errors import ApiKeyNotEnabled
 from streams import services
 from streams.models import ListenKey, ListenKeyHolder
 from streams.store import store
-from tests.conftest import SignedClient, assert_error
-from tests.streams.conftest import communicator, deposit
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
+from tests.support.factories import deposit
+from tests.support.streams import communicator
 
 PATH = "/openapi/v1/userDataStream"
 KEY_DEAD = {"type": "websocket.close", "code": 4001}

@@ -3,27 +3,32 @@ production, several websocket processes behind a load balancer) and a third proc
 an API key. Every server's connections on its listenKeys close at once; the caps per listenKey
 count the connections of both servers.
 
-Uses the servers of tests/streams/test_full_stack.py (its own database, `<FULLSTACK_DATABASE_NAME>_rev`,
-and the same Redis database, flushed before and after; skipped when PostgreSQL or Redis is down).
+Uses the servers of tests/streams/test_full_stack.py (tests/support/stack.py), on a database of its
+own, `<FULLSTACK_DATABASE_NAME>_rev`, and the same Redis database, flushed before and after; skipped
+when PostgreSQL or Redis is down.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.stack import flush_redis, manage
-from tests.streams.test_full_stack import _UNREACHABLE, DB_NAME, PG_SERVER, REDIS_DB, REDIS_SERVER, _daphne, _server_env
+from tests.support.stack import (
+    FULLSTACK_DB_NAME,
+    FULLSTACK_REDIS_DB,
+    daphne,
+    daphne_env,
+    load_demo,
+    manage,
+    private_services,
+    requires_services,
+)
 
-pytestmark = [
-    pytest.mark.skipif(_UNREACHABLE is not None, reason=_UNREACHABLE or ""),
-    pytest.mark.timeout(180),
-]
+pytestmark = [requires_services(FULLSTACK_REDIS_DB), pytest.mark.timeout(180)]
 
 KEY_CAP = 2
 
@@ -37,27 +42,11 @@ services.api_key_set_status(api_key=ApiKey.objects.get(key={key!r}), enabled=Fal
 
 @pytest.fixture(scope="module")
 def two_servers():
-    import psycopg
-
-    db_name = f"{DB_NAME}_rev"
-    env = _server_env(
-        DATABASE_URL=f"{PG_SERVER}/{db_name}",
-        REDIS_URL=f"{REDIS_SERVER}/{REDIS_DB}",
-        STREAM_MAX_CONNECTIONS_PER_KEY=str(KEY_CAP),
-    )
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {db_name}")
-    flush_redis(env["REDIS_URL"])
-    try:
-        manage(env, "migrate", "--noinput", "-v", "0")
-        world = json.loads(manage(env, "demo", "--json").stdout)
-        with _daphne(env, world) as first, _daphne(env, world) as second:
+    with private_services(f"{FULLSTACK_DB_NAME}_rev", FULLSTACK_REDIS_DB) as (database_url, redis_url):
+        env = daphne_env(DATABASE_URL=database_url, REDIS_URL=redis_url, STREAM_MAX_CONNECTIONS_PER_KEY=str(KEY_CAP))
+        world = load_demo(env)
+        with daphne(env, world) as first, daphne(env, world) as second:
             yield first, second
-    finally:
-        flush_redis(env["REDIS_URL"])
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {db_name} WITH (FORCE)")
 
 
 def _open(url: str):

@@ -11,8 +11,8 @@ from django.urls import reverse
 from accounts.models import User
 from streams.models import ListenKey
 from streams.store import _store_for
-from tests.conftest import assert_error
-from tests.streams.conftest import communicator
+from tests.support.assertions import assert_error
+from tests.support.streams import communicator
 
 PATH = "/openapi/v1/userDataStream"
 CLOSED_PORT = "redis://127.0.0.1:1/0"

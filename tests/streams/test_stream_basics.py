@@ -2,8 +2,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from streams import services
-from tests.conftest import SignedClient, assert_error
-from tests.streams.conftest import communicator, deposit
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
+from tests.support.factories import deposit
+from tests.support.streams import communicator
 
 
 @pytest.mark.django_db(transaction=True)

@@ -14,7 +14,9 @@ from django.test import override_settings
 
 from streams import relay, services
 from streams.consumers import UserDataConsumer
-from tests.streams.conftest import communicator, deposit
+from streams.relay import fast_path
+from tests.support.factories import deposit
+from tests.support.streams import communicator
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -174,7 +176,7 @@ async def test_events_already_queued_for_a_key_closed_meanwhile_are_not_sent(use
     monkeypatch.setattr(UserDataConsumer, "listenkey_closed", slow_close)
     ws = await connect(await key_of(alice))
     assert await request(ws, "SUBSCRIBE", [bob_key], 1) == {"result": None, "id": 1}
-    monkeypatch.setattr(relay, "fast_path_enabled", lambda: False)
+    monkeypatch.setattr(fast_path, "fast_path_enabled", lambda: False)
     result = await sync_to_async(deposit)(bob, "1")
     seq = result.balances[-1].seq
     rows = await sync_to_async(relay.rows_between)(bob.pk, seq, seq)

@@ -14,7 +14,8 @@ from django.test import override_settings
 from streams import services, watcher
 from streams.consumers import UserDataConsumer
 from streams.store import store
-from tests.streams.conftest import communicator, deposit
+from tests.support.factories import deposit
+from tests.support.streams import communicator
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,1 +1,3 @@
-"""Helpers the test modules share (issue 13 moves factories and the signed client here too)."""
+"""What the tests share (tests/README.md): factories, the signed client, assertions, websocket
+clients, admin staff and the full stack in subprocesses. Tests import from here, never from a
+conftest module; the conftest files hold fixtures only."""

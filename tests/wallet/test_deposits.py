@@ -16,7 +16,8 @@ from django.core.management.base import CommandError
 from accounts import ledger
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, BalanceChange, Posting, SystemRole, User
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 from wallet import services
 from wallet.chain.simulator import advance_blocks, send_to
 from wallet.models import Deposit, DepositAddress, DepositStatus, Network

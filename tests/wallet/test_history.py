@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from accounts.ledger.check import ledger_check
 from accounts.models import User
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 pytestmark = pytest.mark.django_db

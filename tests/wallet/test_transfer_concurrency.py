@@ -29,7 +29,7 @@ from accounts.ledger.check import ledger_check
 from accounts.ledger.models import Asset, BusinessType, Posting
 from accounts.models import Balance, LimitPeriod, LimitTier, SystemRole, TierLimit, User
 from exchange.api.errors import ExchangeError, InsufficientBalance
-from tests.conftest import SignedClient, now_ms
+from tests.support.client import SignedClient, now_ms
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services
 

@@ -23,8 +23,9 @@ from accounts.ledger.check import ledger_check
 from accounts.ledger.models import Asset, BusinessType, Entry, Posting
 from accounts.models import Balance, LimitPeriod, LimitTier, SystemRole, TierLimit, User
 from streams import services as stream_services
-from tests.conftest import SignedClient, assert_error, now_ms
-from tests.streams.conftest import communicator
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient, now_ms
+from tests.support.streams import communicator
 from wallet.models import Transfer, TransferFee
 
 V4 = "/openapi/transfer/v4/transfers"

@@ -4,7 +4,7 @@ import pytest
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 
 
 def _free(email, code):

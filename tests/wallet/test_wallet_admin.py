@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
-from tests.conftest import assert_error
+from tests.support.assertions import assert_error
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
 from wallet import services

@@ -8,9 +8,10 @@ from decimal import Decimal
 import pytest
 
 from accounts.ledger.check import ledger_check
-from accounts.ledger.services import funding_post
 from accounts.models import ApiKeyType, Balance, LimitTier, Posting, TierLimit
-from tests.conftest import SignedClient, assert_error
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
+from tests.support.factories import UserFactory, WhitelistAddressFactory, demo_networks, fund
 from wallet.models import Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 pytestmark = pytest.mark.django_db
@@ -23,7 +24,13 @@ ETH_OTHER = "0x" + "b2" * 20
 
 
 @pytest.fixture(autouse=True)
-def _roomy_rate_limits(demo, settings):
+def _networks(db):
+    """The demo world's assets and networks (USDT on TRX and ETH, ETH on ETH), without its accounts."""
+    demo_networks()
+
+
+@pytest.fixture(autouse=True)
+def _roomy_rate_limits(settings):
     """withdraw/apply weighs 100 against a UID limit of 180: lift the limits for these tests."""
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
@@ -39,11 +46,11 @@ def _balance(user, code: str) -> tuple[Decimal, Decimal]:
 
 
 @pytest.fixture
-def alice(demo, make_user):
+def alice(make_user):
     """A fresh account holding 1000 USDT and 10 ETH, whitelisted for USDT on TRX and on ETH only."""
     user = make_user()
-    funding_post(account=user, asset_code="USDT", amount=Decimal("1000"), reference=f"t:fund:{user.pk}:USDT")
-    funding_post(account=user, asset_code="ETH", amount=Decimal("10"), reference=f"t:fund:{user.pk}:ETH")
+    fund(user, "USDT", "1000")
+    fund(user, "ETH", "10")
     WhitelistAddress.objects.create(account=user, network=_network("USDT", "TRX"), address=TRX_ADDRESS, name="trx")
     WhitelistAddress.objects.create(account=user, network=_network("USDT", "ETH"), address=ETH_ADDRESS, name="eth")
     return user
@@ -112,8 +119,11 @@ def test_tag_must_match_the_entry(alice_client, alice):
     assert ledger_check().ok
 
 
-def test_whitelist_of_another_account_does_not_count(alice_client, alice, demo):
-    """The demo master's TRX address is whitelisted for the master, not for alice."""
+def test_whitelist_of_another_account_does_not_count(alice_client, alice):
+    """Another account's whitelisted TRX address is whitelisted for that account, not for alice."""
+    WhitelistAddressFactory(
+        account=UserFactory(), network=_network("USDT", "TRX"), address="TDemoMasterWhitezistAddress1111111"
+    )
     before = _balance(alice, "USDT")
     assert_error(_apply(alice_client, address="TDemoMasterWhitezistAddress1111111"), -1025, 400)
     _nothing_held(alice, before)
@@ -323,7 +333,7 @@ def test_withdraw_order_id_twice(alice_client, alice):
 
 def test_withdraw_order_id_is_per_account(alice_client, alice, make_user, make_key):
     bob = make_user()
-    funding_post(account=bob, asset_code="USDT", amount=Decimal("100"), reference=f"t:fund:{bob.pk}:USDT")
+    fund(bob, "USDT", "100")
     WhitelistAddress.objects.create(account=bob, network=_network("USDT", "TRX"), address=TRX_ADDRESS)
     api_key, secret = make_key(bob)
     bob_client = SignedClient(api_key.key, secret)

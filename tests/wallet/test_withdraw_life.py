@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from accounts import ledger
 from accounts.ledger.check import ledger_check
-from accounts.ledger.services import funding_post
 from accounts.models import Balance, BalanceChange, Posting, SystemRole, User
 from exchange.api.errors import ExchangeError
-from tests.conftest import SignedClient
+from tests.support.client import SignedClient
+from tests.support.factories import demo_networks, fund
 from wallet import services
 from wallet.chain import adapter
 from wallet.chain.simulator import advance_blocks
@@ -37,7 +37,13 @@ TRX_ADDRESS = "TCaro1WhiteListAddress111111111111"
 
 
 @pytest.fixture(autouse=True)
-def _roomy_rate_limits(demo, settings):
+def _networks(db):
+    """The demo world's assets and networks (USDT on TRX: fee 1, minimum 10), without its accounts."""
+    demo_networks()
+
+
+@pytest.fixture(autouse=True)
+def _roomy_rate_limits(settings):
     """withdraw/apply weighs 100 against a UID limit of 180: lift the limits for these tests."""
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
@@ -48,10 +54,6 @@ def _free_locked(user_id: int, code: str = "USDT") -> tuple[Decimal, Decimal]:
     return (row.free, row.locked) if row else (Decimal(0), Decimal(0))
 
 
-def _fund(user: User, amount: str, code: str = "USDT") -> None:
-    funding_post(account=user, asset_code=code, amount=Decimal(amount), reference=f"t:fund:{user.pk}:{code}:{amount}")
-
-
 def _whitelist(user: User, address: str = TRX_ADDRESS) -> None:
     WhitelistAddress.objects.create(
         account=user, network=Network.objects.get(coin__code="USDT", network="TRX"), address=address, name="mine"
@@ -59,9 +61,9 @@ def _whitelist(user: User, address: str = TRX_ADDRESS) -> None:
 
 
 @pytest.fixture
-def carol(demo, make_user):
+def carol(make_user):
     user = make_user()
-    _fund(user, "100")
+    fund(user, "USDT", "100")
     _whitelist(user)
     return user
 
@@ -409,13 +411,13 @@ def _in_threads(count: int, work) -> list:
 
 def _racer(make_user, funds: str) -> User:
     user = make_user()
-    _fund(user, funds)
+    fund(user, "USDT", funds)
     _whitelist(user)
     return user
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_withdrawals_never_overdraw(demo, make_user):
+def test_concurrent_withdrawals_never_overdraw(make_user):
     """55 USDT pays for exactly five 10 USDT withdrawals on TRX (fee 1); twelve race for it.
     (The system accounts exist beforehand, as in any running service: their first creation under
     concurrency is test_first_fee_account_rolled_back_is_not_remembered's subject.)"""
@@ -451,7 +453,7 @@ def test_concurrent_withdrawals_never_overdraw(demo, make_user):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_same_withdraw_order_id(demo, make_user):
+def test_concurrent_same_withdraw_order_id(make_user):
     user = _racer(make_user, "1000")
     ledger.system_account_id(SystemRole.WORLD)
     ledger.system_account_id(SystemRole.FEES)
@@ -478,7 +480,7 @@ def test_concurrent_same_withdraw_order_id(demo, make_user):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_repeated_withdraw_order_id_while_the_first_settles(demo, make_user, settings, monkeypatch):
+def test_repeated_withdraw_order_id_while_the_first_settles(make_user, settings, monkeypatch):
     """A client repeats a withdrawal (same withdrawOrderId) while a worker settles the first one.
     The repeat must be refused with -1010 and the settlement must go through. The order of events
     is forced: the worker has moved the first withdrawal to SUCCEEDED (row updated, not committed)
@@ -530,7 +532,7 @@ def test_repeated_withdraw_order_id_while_the_first_settles(demo, make_user, set
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_workers_settle_once(demo, make_user, settings):
+def test_concurrent_workers_settle_once(make_user, settings):
     """Eight workers process the same withdrawal at once: one broadcast, one settlement."""
     user = _racer(make_user, "100")
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("1")  # held for approval: no task runs on commit
@@ -596,7 +598,7 @@ def test_first_fee_account_rolled_back_is_not_remembered(carol, carol_client, mo
 
 
 @pytest.mark.django_db(transaction=True)
-def test_broker_down_does_not_refuse_an_accepted_withdrawal(demo, make_user, make_key, monkeypatch, settings):
+def test_broker_down_does_not_refuse_an_accepted_withdrawal(make_user, make_key, monkeypatch, settings):
     """The withdrawal is committed (funds held) before its task is sent. When sending fails (broker
     unreachable), the client must still get the id (200), not an error that invites a second
     withdrawal; the stuck-withdrawal sweep sends it later."""

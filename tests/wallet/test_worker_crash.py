@@ -26,13 +26,9 @@ CRASH_REDIS_DB (the module drops the database and flushes the Redis database it 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import os
 import signal
-import socket
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,14 +38,23 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.stack import PYTHON, ROOT, flush_redis, free_port, manage, services_unreachable
+from tests.support.client import hmac_hex, now_ms
+from tests.support.stack import (
+    PYTHON,
+    ROOT,
+    Proc,
+    free_port,
+    load_demo,
+    manage,
+    private_services,
+    process,
+    requires_services,
+    stack_env,
+    wait_for_port,
+)
 
 DB_NAME = os.environ.get("CRASH_DATABASE_NAME", "exchange_crash_test")
 REDIS_DB = int(os.environ.get("CRASH_REDIS_DB", "8"))
-BASE_DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0.1:5432/exchange")
-BASE_REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
-PG_SERVER = BASE_DATABASE_URL.rsplit("/", 1)[0]
-REDIS_SERVER = BASE_REDIS_URL.rsplit("/", 1)[0]
 SETTLE_SECONDS = 30  # apply -> SUCCEEDED, a lost pool child included
 ETH_ADDRESS = "0x00000000000000000000000000000000000d3e40"  # the demo master's ETH whitelist entry
 ETH_FEE = Decimal("0.005")  # the demo ETH network's withdrawal fee
@@ -122,56 +127,10 @@ def _after(task_id=None, task=None, retval=None, **kwargs):
 '''
 
 
-_UNREACHABLE = services_unreachable(PG_SERVER, f"{REDIS_SERVER}/{REDIS_DB}")
-pytestmark = [
-    pytest.mark.skipif(_UNREACHABLE is not None, reason=_UNREACHABLE or ""),
-    pytest.mark.timeout(120),
-]
+pytestmark = [requires_services(REDIS_DB), pytest.mark.timeout(120)]
 
 
 # --- processes -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    proc: subprocess.Popen
-    log: Path
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-
-@contextlib.contextmanager
-def _process(args: list[str], env: dict[str, str], name: str):
-    log = Path(tempfile.mkstemp(prefix=f"crash-{name}-", suffix=".log")[1])
-    with log.open("wb") as out:
-        proc = subprocess.Popen(  # noqa: S603 - this interpreter, our own arguments
-            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield Proc(proc, log)
-    finally:
-        # The main process first (warm shutdown), then whatever is left of its group.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.unlink(missing_ok=True)
-
-
-def _wait_for_port(port: int, server: Proc) -> None:
-    deadline = time.time() + 30
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        if server.proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError(f"the server did not start:\n{server.tail()}")
-        time.sleep(0.1)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -206,10 +165,10 @@ class Stack:
             "address": ETH_ADDRESS,
             "amount": amount,
             "recvWindow": 60000,
-            "timestamp": int(time.time() * 1000),
+            "timestamp": now_ms(),
         }
         query = urlencode(params)
-        signature = hmac.new(master["secret_key"].encode(), query.encode(), hashlib.sha256).hexdigest()
+        signature = hmac_hex(master["secret_key"], query)
         response = requests.post(
             f"http://127.0.0.1:{self.port}/openapi/wallet/v1/withdraw/apply?{query}&signature={signature}",
             headers={"X-SERVICE-APIKEY": master["api_key"]},
@@ -252,7 +211,7 @@ class Stack:
         args = [PYTHON, "-m", "celery", "-A", "exchange", "worker", "--pool", "prefork"]
         args += ["--concurrency", str(concurrency), "--include", "crash_hook", "--loglevel", "info"]
         args += ["--hostname", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        with _process(args, env, name) as worker:
+        with process(args, env, name) as worker:
             yield worker
 
     def assert_settled_once(self, withdrawal_id: int, tx_id: str) -> None:
@@ -274,49 +233,39 @@ class Stack:
         assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _stack_env(hook_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEST_DATABASE"))}
-    for name in ("RATE_LIMIT_STORAGE_URL", "CELERY_BROKER_URL", "PYTHONPATH", "CRASH_MARKER", "CRASH_WHOLE_WORKER"):
-        env.pop(name, None)
-    env.pop("RACE_DIR", None)
-    env.update(
-        DJANGO_SETTINGS_MODULE="exchange.settings.base",
-        DATABASE_URL=f"{PG_SERVER}/{DB_NAME}",
-        REDIS_URL=f"{REDIS_SERVER}/{REDIS_DB}",
+def _stack_env(database_url: str, redis_url: str) -> dict[str, str]:
+    return stack_env(
+        drop=("PYTHONPATH", "CRASH_MARKER", "CRASH_WHOLE_WORKER", "RACE_DIR"),
+        DATABASE_URL=database_url,
+        REDIS_URL=redis_url,
         CELERY_TASK_ALWAYS_EAGER="false",
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
         TRUSTED_PROXIES="",  # the client's address is the server's peer, whatever X-Forwarded-For says
         UID_WEIGHT_LIMIT_PER_MINUTE="100000",
         IP_WEIGHT_LIMIT_PER_MINUTE="100000",
     )
-    return env
 
 
 @pytest.fixture(scope="module")
 def stack():
     import psycopg
 
-    with tempfile.TemporaryDirectory(prefix="crash-hook-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="crash-hook-") as tmp,
+        private_services(DB_NAME, REDIS_DB) as (database_url, redis_url),
+    ):
         hook_dir = Path(tmp)
         (hook_dir / "crash_hook.py").write_text(HOOK)
-        env = _stack_env(hook_dir)
-        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-            admin.execute(f"CREATE DATABASE {DB_NAME}")
-        flush_redis(env["REDIS_URL"])
-        load = "from django.core.management import call_command as c; c('migrate', interactive=False, verbosity=0)"
-        loaded = manage(env, "shell", "--no-imports", "-c", f"{load}; c('demo', json=True)").stdout
-        world = json.loads(loaded.strip().splitlines()[-1])
+        env = _stack_env(database_url, redis_url)
+        world = load_demo(env)
         port = free_port()
         server_args = [PYTHON, "-m", "granian", "--interface", "wsgi", "--host", "127.0.0.1", "--port", str(port)]
         server_args += ["--workers", "1", "--blocking-threads", "2", "--log-level", "warning", "--no-access-log"]
         server_args.append("exchange.wsgi:application")
         with (
-            _process(server_args, env, "granian") as server,
+            process(server_args, env, "granian") as server,
             psycopg.connect(env["DATABASE_URL"], autocommit=True) as db,
         ):
-            _wait_for_port(port, server)
+            wait_for_port(port, server)
             yield Stack(env, world, port, db, hook_dir)
 
 

@@ -8,7 +8,7 @@ from exchange.api.auth import Security
 from exchange.api.errors import NotFound
 from exchange.api.params import Param, ParamSpec, check_skip
 from exchange.api.views import GatewayApi
-from wallet.transfers import selectors, services
+from wallet.transfers import presenters, selectors, services
 
 _CREATED_EXAMPLE = {
     "transfer": {
@@ -60,7 +60,7 @@ class TransferCreateApi(GatewayApi):
             client_transfer_id=p["client_transfer_id"],
             api_version=self.api_version,
         )
-        return Response({"transfer": selectors.created_json(transfer)})
+        return Response({"transfer": presenters.created_json(transfer)})
 
 
 class TransferQueryApi(GatewayApi):
@@ -110,7 +110,7 @@ class TransferQueryApi(GatewayApi):
             transfer = selectors.transfer_get(user=self.account, transfer_id=transfer_id)
             if transfer is None:
                 raise NotFound(f"transfer {transfer_id}")
-            return Response({"transfer": selectors.transfer_json(transfer, viewer=self.account)})
+            return Response({"transfer": presenters.transfer_json(transfer, viewer=self.account)})
         check_skip("page", (p["page"] - 1) * p["per_page"])
         from_user = to_user = None
         if p["from_address"] is not None:
@@ -118,17 +118,16 @@ class TransferQueryApi(GatewayApi):
         if p["to_address"] is not None:
             to_user = user_get_by_address(address=p["to_address"])
         if (p["from_address"] is not None and from_user is None) or (p["to_address"] is not None and to_user is None):
-            return Response({"transfers": [], "meta": {"total_count": 0, "next_page": None, "previous_page": None}})
-        return Response(
-            selectors.transfer_list(
-                user=self.account,
-                page=p["page"],
-                per_page=p["per_page"],
-                client_transfer_id=p["client_transfer_id"],
-                from_user=from_user,
-                to_user=to_user,
-            )
+            return Response(presenters.transfer_list_json(selectors.NO_TRANSFERS, viewer=self.account))
+        page = selectors.transfer_list(
+            user=self.account,
+            page=p["page"],
+            per_page=p["per_page"],
+            client_transfer_id=p["client_transfer_id"],
+            from_user=from_user,
+            to_user=to_user,
         )
+        return Response(presenters.transfer_list_json(page, viewer=self.account))
 
 
 class V3TransfersApi(TransferQueryApi):

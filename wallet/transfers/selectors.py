@@ -1,58 +1,31 @@
+"""Reads of transfers: model instances (with their asset and sender), for the API
+(wallet/transfers/presenters.py renders them as the spec says), the admin and other apps."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db.models import Q
 
 from accounts.models import User
-from exchange.api import formatting as fmt
 from wallet.models import Transfer
 
 _ID = re.compile(r"[0-9]{1,18}")
 
 
-def _address(user: User) -> str:
-    return user.email
+@dataclass(frozen=True, slots=True)
+class TransferPage:
+    """One page of transfers, oldest first, and where the others are (page numbers from 1)."""
+
+    transfers: Sequence[Transfer]
+    total_count: int
+    next_page: int | None
+    previous_page: int | None
 
 
-def transfer_json(transfer: Transfer, *, viewer: User) -> dict:
-    """A transfer record as the caller sees it (type 1 received, 2 sent)."""
-    places = transfer.asset.transfer_precision
-    source = _address(transfer.sender)
-    return {
-        "id": str(transfer.pk),
-        "client_transfer_id": transfer.client_transfer_id or "",
-        "account": transfer.asset.code,
-        "amount": fmt.amount(transfer.amount, places),
-        "fee_amount": fmt.amount(transfer.fee, places),
-        "currency": transfer.asset.code,
-        "payment": str(transfer.posting_id),
-        "status": transfer.status,
-        "message": transfer.message,
-        "target_address": transfer.target_address,
-        "sourceAddress": source,
-        "source_address": source,
-        "type": 2 if transfer.sender_id == viewer.pk else 1,
-        "created_at": transfer.created_at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-    }
-
-
-def created_json(transfer: Transfer) -> dict:
-    """The `transfer` object answered by POST v4/v3 transfers."""
-    places = transfer.asset.transfer_precision
-    return {
-        "id": str(transfer.pk),
-        "status": transfer.status,
-        "account": transfer.asset.code,
-        "target_address": transfer.target_address,
-        "amount": fmt.amount(transfer.amount, places),
-        "fee_amount": fmt.amount(transfer.fee, places),
-        "exchange": None,
-        "payment": str(transfer.posting_id),
-        "client_transfer_id": transfer.client_transfer_id or "",
-        "message": transfer.message,
-        "errorMessage": None,
-    }
+NO_TRANSFERS = TransferPage(transfers=(), total_count=0, next_page=None, previous_page=None)
 
 
 def _visible(user: User):
@@ -76,7 +49,9 @@ def transfer_list(
     client_transfer_id: str | None = None,
     from_user: User | None = None,
     to_user: User | None = None,
-) -> dict:
+) -> TransferPage:
+    """The transfers `user` sent or received (optionally only those with `client_transfer_id`, from
+    `from_user` or to `to_user`), page `page` of `per_page`."""
     transfers = _visible(user)
     if client_transfer_id is not None:
         transfers = transfers.filter(client_transfer_id=client_transfer_id)
@@ -86,12 +61,9 @@ def transfer_list(
         transfers = transfers.filter(recipient=to_user)
     total = transfers.count()
     offset = (page - 1) * per_page
-    items = [transfer_json(t, viewer=user) for t in transfers.order_by("id")[offset : offset + per_page]]
-    return {
-        "transfers": items,
-        "meta": {
-            "total_count": total,
-            "next_page": page + 1 if offset + per_page < total else None,
-            "previous_page": page - 1 if page > 1 else None,
-        },
-    }
+    return TransferPage(
+        transfers=list(transfers.order_by("id")[offset : offset + per_page]),
+        total_count=total,
+        next_page=page + 1 if offset + per_page < total else None,
+        previous_page=page - 1 if page > 1 else None,
+    )

@@ -15,7 +15,6 @@ from accounts import ledger, limits, policy
 from accounts.ledger.models import Asset, BusinessType, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import transfer_parties
-from exchange.api.errors import UserNotFound
 from exchange.ttlcache import TtlCache
 from wallet import errors
 from wallet.models import Transfer, TransferFee
@@ -52,23 +51,23 @@ def transfer_create(
 ) -> Transfer:
     asset = asset_by_code(asset_code)
     if asset is None:
-        raise errors.unknown("account")
+        raise errors.UnknownAsset()
     policy.require_may_send(sender)
     if "@" not in target_address and not _E164.fullmatch(target_address.strip()):
-        raise UserNotFound(msg="No account has this target_address.")
+        raise errors.RecipientNotFound()
     # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
     # check runs on them now, and again under the lock only if it refused or the seq has moved).
     recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
     if recipient is None or recipient.system_role is not None or not policy.may_receive(recipient):
-        raise UserNotFound(msg="No account has this target_address.")
+        raise errors.RecipientNotFound()
     if recipient.id == sender.pk:
-        raise errors.invalid("target_address", "a transfer cannot go to the sender")
+        raise errors.TransferToSelf()
     if amount <= 0:
-        raise errors.invalid("amount", "must be positive")
+        raise errors.InvalidAmount("must be positive")
     if not fits_precision(amount, asset.transfer_precision):
-        raise errors.invalid("amount", f"at most {asset.transfer_precision} decimal places")
+        raise errors.InvalidAmount(f"at most {asset.transfer_precision} decimal places")
     if amount < asset.transfer_min_quantity:
-        raise errors.invalid("amount", f"below the minimum {asset.transfer_min_quantity.normalize():f}")
+        raise errors.InvalidAmount(f"below the minimum {asset.transfer_min_quantity.normalize():f}")
     tier = limits.tier_for(sender)
     policy.require_priced(asset, valuation_currency=tier.currency if tier else None)
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
@@ -87,7 +86,7 @@ def transfer_create(
         # sender.
         refused = limits.outflow_refusal(sender, asset, amount + fee, withdrawal=False)
         if refused:
-            raise errors.limit_exceeded(*refused)
+            raise errors.LimitExceeded(*refused)
 
     values = {
         "sender_id": sender.pk,
@@ -120,12 +119,14 @@ def transfer_create(
         )
     except IntegrityError as exc:
         if client_transfer_id is not None:
-            raise errors.duplicate("client_transfer_id") from exc
+            raise errors.DuplicateClientTransferId() from exc
         raise
-    transfer = Transfer(id=result.row_id, posting_id=result.posting_id, created_at=result.created_at, **values)
+    # The row as the posting's statement stored it (the columns it did not write are NULL), loaded
+    # without a query.
+    stored = {"id": result.row_id, "posting_id": result.posting_id, "created_at": result.created_at, **values}
+    fields = Transfer._meta.concrete_fields
+    transfer = Transfer.from_db("default", [f.attname for f in fields], [stored.get(f.attname) for f in fields])
     transfer.asset = asset  # rendered by the caller; no query
-    transfer._state.adding = False
-    transfer._state.db = "default"
     return transfer
 
 

@@ -1,50 +1,36 @@
-"""The relay: change-feed rows to the websocket consumers, at least once and in order.
+"""The fast path: right after a posting commits, the committing process hands it to its publisher (a
+daemon thread, `Publisher`), which sends its rows to the account's group (and to its master's, when
+the master is whitelisted) in batches and then marks them published.
 
-- Fast path: right after a posting commits, the committing process hands it to its publisher (a
-  daemon thread, `Publisher`), which sends the rows to the account's group (and to its master's,
-  when the master is whitelisted) in batches and then marks them published. Only where the channel
-  layer is shared (Redis) or in the server process itself: the embedded in-memory layer exists in
-  one process (its sends run on the server's event loop), so another process (`manage.py deposit`)
-  leaves its rows to the server.
-- Sweeper: an asyncio task in each server process publishes rows still unpublished after
-  STREAM_SWEEP_GRACE_SECONDS (a process that crashed between commit and publish, or another
-  process in the embedded default).
-- Order: every row carries its per-account sequence; a consumer drops what it has already sent and
-  fills any gap (before a message's rows or between them) from the database before going on, so
-  duplicates and reordering between batches and between the two paths never reach a client.
+Only where the channel layer is shared (Redis) or in the server process itself: the embedded
+in-memory layer exists in one process (its sends run on the server's event loop), so another process
+(`manage.py deposit`) leaves its rows to the server's sweeper.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import queue
 import threading
 import time
 from collections import defaultdict
-from datetime import timedelta
 
-from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.conf import settings
 from django.db import close_old_connections
-from django.db import connection as db_connection
-from django.utils import timezone
 
-from accounts.ledger.models import Asset, BalanceChange
 from accounts.ledger.posting import PostingResult
-from accounts.models import LedgerAccount, User
 from exchange.api import formatting as fmt
 from streams import fanout
 from streams.events import row_payload
+from streams.relay.feed import Messages, asset_precisions, mark_postings_published, messages_for
 
 logger = logging.getLogger(__name__)
+
 _server_process = False
-
-
-def account_group(account_id: int) -> str:
-    return f"streams.acct.{account_id}"
+_server_loop: asyncio.AbstractEventLoop | None = None
 
 
 def mark_server_process() -> None:
@@ -53,56 +39,19 @@ def mark_server_process() -> None:
     _server_process = True
 
 
+def remember_server_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The server's event loop, where the in-memory layer's sends must run (see ensure_relay)."""
+    global _server_loop
+    _server_loop = loop
+
+
 def fast_path_enabled() -> bool:
     layer = get_channel_layer()
     return layer is not None and (_server_process or not isinstance(layer, InMemoryChannelLayer))
 
 
-_precision_cache: dict[str, int] = {}
-_audience_cache: dict[int, tuple[float, str, list[int]]] = {}
-AUDIENCE_TTL_SECONDS = 5.0
-
-
-def _precisions(codes) -> dict[str, int]:
-    codes = set(codes)
-    missing = codes - _precision_cache.keys()
-    if missing:
-        _precision_cache.update(Asset.objects.filter(code__in=missing).values_list("code", "transfer_precision"))
-    return {code: _precision_cache.get(code, 8) for code in codes}
-
-
-def _audiences(account_ids) -> dict[int, tuple[str, list[int]]]:
-    """Per account: its e-mail and the groups its events go to (its own; its master's when the
-    master is whitelisted). Cached a few seconds: an operator's change of the whitelisted flag
-    reaches the stream within AUDIENCE_TTL_SECONDS."""
-    now = time.monotonic()
-    wanted = set(account_ids)
-    stale = {a for a in wanted if a not in _audience_cache or _audience_cache[a][0] < now}
-    if stale:
-        rows = User.objects.filter(pk__in=stale).values_list(
-            "pk", "email", "master_id", "master__is_whitelisted_master"
-        )
-        for pk, email, master, whitelisted in rows:
-            _audience_cache[pk] = (
-                now + AUDIENCE_TTL_SECONDS,
-                email,
-                [pk] + ([master] if master and whitelisted else []),
-            )
-    return {a: (_audience_cache[a][1], _audience_cache[a][2]) for a in wanted if a in _audience_cache}
-
-
-def messages_for(rows_by_account: dict[int, list[dict]]) -> list[tuple[str, dict]]:
-    audiences = _audiences(rows_by_account)
-    messages = []
-    for account, rows in rows_by_account.items():
-        email, groups = audiences.get(account, ("", [account]))
-        message = {"type": "ledger.changes", "account": account, "email": email, "rows": rows}
-        messages.extend((account_group(group), message) for group in groups)
-    return messages
-
-
-def _result_messages(results: list[PostingResult]) -> list[tuple[str, dict]]:
-    precision = _precisions(b.asset for r in results for b in r.balances)
+def _result_messages(results: list[PostingResult]) -> Messages:
+    precision = asset_precisions(b.asset for r in results for b in r.balances)
     by_account: dict[int, list[dict]] = defaultdict(list)
     for result in results:
         created_ms = fmt.millis(result.created_at)
@@ -124,21 +73,6 @@ def _result_messages(results: list[PostingResult]) -> list[tuple[str, dict]]:
     for rows in by_account.values():
         rows.sort(key=lambda row: row["seq"])
     return messages_for(by_account)
-
-
-def _mark_postings_published(posting_ids: list[int]) -> None:
-    """One statement for any number of postings (the ORM's query building cost more than the
-    database's work here). The rows are found by posting id only: written as `published_at IS
-    NULL`, the condition let PostgreSQL combine the posting index with the partial index of
-    unpublished rows, whose entries for rows published since the last vacuum a bitmap scan walks
-    every time (16,000 of them, 1 ms per batch, under bench/transfers)."""
-    table = BalanceChange._meta.db_table
-    with db_connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET published_at = %s WHERE posting_id IN ({', '.join(['%s'] * len(posting_ids))})"  # noqa: S608
-            " AND coalesce(published_at, 'infinity') = 'infinity'",
-            [db_connection.ops.adapt_datetimefield_value(timezone.now()), *posting_ids],
-        )
 
 
 class Publisher:
@@ -258,7 +192,7 @@ class Publisher:
         ids, self._unmarked = self._unmarked, []
         self._flush = False
         try:
-            _mark_postings_published(ids)
+            mark_postings_published(ids)
             self.marks += 1
         except Exception:
             logger.exception("Marking %s postings published failed; the sweeper will send them again", len(ids))
@@ -275,7 +209,6 @@ class Publisher:
 
 _publisher: Publisher | None = None
 _publisher_lock = threading.Lock()
-_server_loop: asyncio.AbstractEventLoop | None = None
 
 
 def _sender_key(layer) -> tuple | None:
@@ -313,8 +246,9 @@ def _process_publisher(layer) -> Publisher | None:
             return publisher
         publisher = Publisher(_new_sender(layer), key)
         if _publisher is None:
-            # A short-lived process (`manage.py deposit`) publishes what it posted before it exits.
-            threading._register_atexit(drain)
+            # A short-lived process (`manage.py deposit`) publishes what it posted before it exits:
+            # atexit functions run before the interpreter stops daemon threads such as the publisher.
+            atexit.register(drain)
         _publisher = publisher
         return publisher
 
@@ -335,94 +269,3 @@ def publish_posting(result: PostingResult) -> None:
             publisher.submit(result)
     except Exception:
         logger.exception("Could not hand posting %s to the publisher; the sweeper will", result.posting_id)
-
-
-# --- reading the change feed -------------------------------------------------------------------
-
-
-def _payload(change: BalanceChange, precision: dict[str, int]) -> dict:
-    return row_payload(
-        seq=change.seq,
-        asset=change.asset.code,
-        precision=precision.get(change.asset.code, 8),
-        delta_free=change.delta_free,
-        delta_locked=change.delta_locked,
-        free=change.free_after,
-        locked=change.locked_after,
-        kind=change.kind,
-        posting_id=change.posting_id,
-        created_ms=fmt.millis(change.created_at),
-    )
-
-
-def rows_between(account_id: int, first_seq: int, last_seq: int) -> list[dict]:
-    """Gap fill for a consumer: the account's rows with first_seq <= seq <= last_seq."""
-    changes = list(
-        BalanceChange.objects.select_related("asset")
-        .filter(account_id=account_id, seq__gte=first_seq, seq__lte=last_seq)
-        .order_by("seq")
-    )
-    precision = _precisions(c.asset.code for c in changes)
-    return [_payload(c, precision) for c in changes]
-
-
-def current_seqs(account_ids) -> dict[int, int]:
-    return dict(LedgerAccount.objects.filter(user_id__in=set(account_ids)).values_list("user_id", "seq"))
-
-
-def unpublished(grace_seconds: float, limit: int = 2000) -> tuple[list[int], list[tuple[str, dict]]]:
-    cutoff = timezone.now() - timedelta(seconds=grace_seconds)
-    changes = list(
-        BalanceChange.objects.select_related("asset")
-        .filter(published_at__isnull=True, created_at__lte=cutoff)
-        .order_by("id")[:limit]
-    )
-    if not changes:
-        return [], []
-    precision = _precisions(c.asset.code for c in changes)
-    by_account: dict[int, list[dict]] = defaultdict(list)
-    for change in sorted(changes, key=lambda c: (c.account_id, c.seq)):
-        by_account[change.account_id].append(_payload(change, precision))
-    return [c.pk for c in changes], messages_for(by_account)
-
-
-def mark_published(ids: list[int]) -> None:
-    BalanceChange.objects.filter(pk__in=ids, published_at__isnull=True).update(published_at=timezone.now())
-
-
-# --- the sweeper ---------------------------------------------------------------------------------
-
-_sweeper: asyncio.Task | None = None
-
-
-async def sweep_once(grace_seconds: float | None = None) -> int:
-    grace = settings.STREAM_SWEEP_GRACE_SECONDS if grace_seconds is None else grace_seconds
-    ids, messages = await database_sync_to_async(unpublished)(grace)
-    layer = get_channel_layer()
-    for group, message in messages:
-        await layer.group_send(group, message)
-    if ids:
-        await database_sync_to_async(mark_published)(ids)
-    return len(ids)
-
-
-async def _sweep_forever() -> None:
-    while True:
-        try:
-            await sweep_once()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            logger.exception("Relay sweep failed; retrying")
-            await database_sync_to_async(close_old_connections)()
-        await asyncio.sleep(settings.STREAM_SWEEP_SECONDS)
-
-
-def ensure_relay() -> None:
-    """In the server's event loop (called when a websocket connects): remember the loop (the
-    in-memory layer's sends must run there) and, unless disabled, start its sweeper (once per loop)."""
-    global _sweeper, _server_loop
-    loop = asyncio.get_running_loop()
-    _server_loop = loop
-    if settings.STREAM_SWEEPER_ENABLED and (_sweeper is None or _sweeper.done() or _sweeper.get_loop() is not loop):
-        _sweeper = loop.create_task(_sweep_forever())
