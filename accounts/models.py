@@ -57,8 +57,12 @@ class User(AbstractBaseUser, PermissionsMixin):
         choices=SystemRole.choices,
         null=True,
         blank=True,
-        unique=True,
         help_text="Set only for the service's own ledger accounts.",
+    )
+    system_shard = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="A house role may be split over several accounts (shards) so that postings of different "
+        "customers do not queue on one lock (accounts/ledger/system.py).",
     )
     # Permissions operators set; reported by GET /openapi/v1/account.
     can_trade = models.BooleanField(default=True)
@@ -87,6 +91,11 @@ class User(AbstractBaseUser, PermissionsMixin):
     class Meta:
         constraints = [
             models.CheckConstraint(condition=~Q(master=F("id")), name="user_not_own_master"),
+            models.UniqueConstraint(
+                fields=["system_role", "system_shard"],
+                condition=Q(system_role__isnull=False),
+                name="one_account_per_system_role_shard",
+            ),
         ]
 
     def __str__(self) -> str:

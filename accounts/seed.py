@@ -9,7 +9,7 @@ DEFAULT_LIMITS = {"daily": Decimal("500000"), "monthly": Decimal("5000000"), "an
 
 
 def seed_defaults() -> None:
-    from accounts.ledger.system import system_account_id
+    from accounts.ledger.system import role_account_ids
 
     if not LimitTier.objects.filter(is_default=True).exists():
         tier = LimitTier.objects.create(name="Standard", currency="PHP", is_default=True)
@@ -18,4 +18,4 @@ def seed_defaults() -> None:
                 tier=tier, period=period, cash_in_limit=amount, cash_out_limit=amount, total_withdraw_limit=amount
             )
     for role in SystemRole:
-        system_account_id(role)
+        role_account_ids(role)  # creates every shard

@@ -27,3 +27,51 @@ class PriceChanged(ConvertError):
     """The rate moved since the quote; the client must confirm the updated one."""
 
     message = "price has changed and the updated rate must be confirmed"
+
+
+class AccountUnavailable(ConvertError):
+    """The account may not convert (frozen, deactivated, barred from moving money out)."""
+
+    message = "unable to fetch account information"
+
+
+class ConvertSuspended(ConvertError):
+    """Operators turned the CONVERT business status off."""
+
+    message = "convert is suspended; try again later"
+
+
+class PairNotSupported(ConvertError):
+    """No enabled pair from sourceCurrency to targetCurrency."""
+
+    message = "the pair %s to %s is not supported"
+
+
+class AmountRefused(ConvertError):
+    """An amount outside the pair's bounds or precision: AmountRefused(why)."""
+
+    message = "%s"
+
+
+class OneAmountRequired(ConvertError):
+    """Both or neither of sourceAmount and targetAmount."""
+
+    message = "send exactly one of sourceAmount and targetAmount"
+
+
+class QuoteTooSoon(ConvertError):
+    """A second quote request for the same pair within CONVERT_QUOTE_INTERVAL_MS."""
+
+    message = "quote requests are limited to one per %s ms per pair; try again later"
+
+
+class QuoteNotFound(ConvertError):
+    """No quote with this id for the caller (another account's quote is not revealed)."""
+
+    message = "quote does not exist"
+
+
+class QuoteAlreadyUsed(ConvertError):
+    """A quote is accepted once; its order already exists."""
+
+    message = "quote was already accepted"

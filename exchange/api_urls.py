@@ -8,6 +8,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularSwaggerView
 
 from accounts.urls import urlpatterns as accounts_urls
+from convert.urls import urlpatterns as convert_urls
 from exchange.api.views import NotFoundApi
 from exchange.apis import OpenApiSchemaApi, PingApi, ServerTimeApi, SystemStatusApi, UserIpApi
 from streams.urls import urlpatterns as streams_urls
@@ -21,6 +22,7 @@ urlpatterns = [
     *accounts_urls,
     *streams_urls,
     *wallet_urls,
+    *convert_urls,
     # Charged like any request (Weight(IP) 5); the document is generated once per process.
     path("schema", OpenApiSchemaApi.as_view(), name="openapi-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),

@@ -35,6 +35,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
             "wallet.withdrawal",
             "wallet.transfer",
             "wallet.transferfee",
+            "convert.market",
+            "convert.pair",
         ],
         "add": [
             "accounts.apikey",
@@ -46,6 +48,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
             "wallet.network",
             "wallet.whitelistaddress",
             "wallet.transferfee",
+            "convert.market",
+            "convert.pair",
         ],
     },
     "Support (read-only)": {"view": ["*"]},

@@ -18,6 +18,8 @@ _EXPORTS = {
     "post": "posting",
     "release": "posting",
     "settle": "posting",
+    "role_account_ids": "system",
+    "shard_account_id": "system",
     "system_account_id": "system",
 }
 

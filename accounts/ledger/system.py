@@ -1,47 +1,78 @@
 """The service's own ledger accounts: the outside world (chain and fiat rails; may go negative,
 it mirrors what customers brought in), fees, conversion liquidity, and equity (operator
 adjustments and funding; may go negative). They are accounts like any other, so the whole book
-sums to zero."""
+sums to zero.
+
+A role may be split over several accounts, its *shards* (settings.HOUSE_ACCOUNT_SHARDS, per role;
+1 when not set). Every posting locks the ledger rows of its accounts, so with one conversion
+liquidity account every conversion of the whole exchange would queue on one lock; with shards, a
+posting of customer N uses shard `N % shards` (`shard_account_id`) and conversions of different
+customers run side by side. What the house holds in a role is the sum over its shards
+(`role_account_ids`); the ledger check sums the whole book, shards included, to zero. Shards are
+created by `seed_defaults()` after every migrate; raising the count adds shards, lowering it leaves
+the extra ones out of new postings (their balances stay, visible in the admin, and operators move
+them with an adjustment).
+"""
 
 from __future__ import annotations
 
 import threading
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from accounts.models import LedgerAccount, SystemRole, User
 
 NEGATIVE_ALLOWED = {SystemRole.WORLD, SystemRole.EQUITY}
-_ids: dict[str, int] = {}
+_ids: dict[tuple[str, int], int] = {}
 _lock = threading.Lock()
 
 
-def system_account_id(role: SystemRole | str) -> int:
+def shard_count(role: SystemRole | str) -> int:
+    return max(1, int(getattr(settings, "HOUSE_ACCOUNT_SHARDS", {}).get(SystemRole(role).value, 1)))
+
+
+def system_account_id(role: SystemRole | str, shard: int = 0) -> int:
+    """The account of `role`'s shard `shard` (0: the role's first account)."""
     role = SystemRole(role)
-    found = _ids.get(role)
+    found = _ids.get((role, shard))
     if found is None:
-        found = _ensure(role)
+        found = _ensure(role, shard)
         if not connection.in_atomic_block:  # only a committed account may be remembered
             with _lock:
-                _ids[role] = found
+                _ids[(role, shard)] = found
     return found
 
 
-def _ensure(role: SystemRole) -> int:
-    existing = User.objects.filter(system_role=role).values_list("id", flat=True).first()
+def shard_account_id(role: SystemRole | str, account_id: int) -> int:
+    """The shard of `role` that postings of customer `account_id` use."""
+    return system_account_id(role, account_id % shard_count(role))
+
+
+def role_account_ids(role: SystemRole | str) -> list[int]:
+    """Every shard of `role` in use, shard 0 first."""
+    return [system_account_id(role, shard) for shard in range(shard_count(role))]
+
+
+def _ensure(role: SystemRole, shard: int) -> int:
+    existing = User.objects.filter(system_role=role, system_shard=shard).values_list("id", flat=True).first()
     if existing is not None:
         return existing
+    suffix = f"-{shard}" if shard else ""
     try:
         with transaction.atomic():
             user = User.objects.create_user(
-                email=f"system+{role.value}@ledger.internal", system_role=role, is_active=False
+                email=f"system+{role.value}{suffix}@ledger.internal",
+                system_role=role,
+                system_shard=shard,
+                is_active=False,
             )
             LedgerAccount.objects.update_or_create(
                 user=user, defaults={"allow_negative": role in NEGATIVE_ALLOWED, "track_limits": False}
             )
             return user.id
     except IntegrityError:  # created concurrently
-        return User.objects.get(system_role=role).id
+        return User.objects.get(system_role=role, system_shard=shard).id
 
 
 def forget_cached_ids() -> None:

@@ -211,18 +211,31 @@ WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(env.str("WITHDRAWAL_APPROVAL_THRESHOLD",
 # A withdrawal still broadcasting after this long is handed to a worker again.
 WITHDRAWAL_RETRY_AFTER_SECONDS = env.int("WITHDRAWAL_RETRY_AFTER_SECONDS", default=120)
 
+# Convert (docs/convert.md): quotes, prices, the house's liquidity.
+QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
+CONVERT_QUOTE_INTERVAL_MS = env.int("CONVERT_QUOTE_INTERVAL_MS", default=1000)  # per account and pair
+CONVERT_PRICE_SOURCE = env.str("CONVERT_PRICE_SOURCE", default="convert.prices.ReferencePrices")
+CONVERT_MARKET_TICK_SECONDS = env.float("CONVERT_MARKET_TICK_SECONDS", default=5.0)
+CONVERT_PRICE_MAX_AGE_SECONDS = env.float("CONVERT_PRICE_MAX_AGE_SECONDS", default=30.0)
+# Last look: an accept is refused when the customer's price has fallen by more than this since the quote.
+CONVERT_LAST_LOOK_TOLERANCE_BPS = env.int("CONVERT_LAST_LOOK_TOLERANCE_BPS", default=50)
+# House roles split over several ledger accounts so that postings of different customers do not
+# queue on one lock (accounts/ledger/system.py). Roles not named have one account.
+HOUSE_ACCOUNT_SHARDS = {"convert_liquidity": env.int("CONVERT_LIQUIDITY_SHARDS", default=16)}
+
 CELERY_BEAT_SCHEDULE: dict = {
     "ledger-check": {"task": "accounts.ledger_check", "schedule": env.float("LEDGER_CHECK_SECONDS", default=3600.0)},
     "sim-chain-blocks": {"task": "wallet.sim_advance_blocks", "schedule": SIM_CHAIN_BLOCK_SECONDS},
     "chain-scan": {"task": "wallet.scan_deposits", "schedule": CHAIN_SCAN_SECONDS},
     "withdrawal-retry": {"task": "wallet.retry_stuck_withdrawals", "schedule": 30.0},
+    "convert-market-tick": {"task": "convert.market_tick", "schedule": CONVERT_MARKET_TICK_SECONDS},
 }
 # In the embedded default a thread of the server runs the schedule above (exchange/scheduler.py).
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)
 
 # `manage.py demo`: each app loads its own part of the demo world, in this order (an app's part may
 # use the ones before it). Each returns the demo accounts it adds, by role, for `--json`.
-DEMO_LOADERS = ["accounts.demo.load", "wallet.demo.load"]
+DEMO_LOADERS = ["accounts.demo.load", "wallet.demo.load", "convert.demo.load"]
 
 if REDIS_URL:
     # A slow consumer's channel holds up to STREAM_CHANNEL_CAPACITY messages; beyond that channels_redis

@@ -1,0 +1,131 @@
+"""Convert admin: markets (prices, with their last confirmation time) and pairs are edited; quotes
+and orders are read-only; the house's liquidity per asset, topped up through an audited posting."""
+
+from __future__ import annotations
+
+import uuid
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils import timezone
+
+from accounts import ledger
+from accounts.models import Asset, SystemRole
+from convert import selectors, services
+from convert.models import Market, Order, Pair, Quote
+
+
+class MarketForm(forms.ModelForm):
+    class Meta:
+        model = Market
+        fields = ("base", "quote", "anchor_price", "spread_bps", "walk_step_bps", "walk_band_bps")
+
+
+class TopUpForm(forms.Form):
+    asset = forms.ModelChoiceField(queryset=Asset.objects.all())
+    amount = forms.DecimalField(max_digits=36, decimal_places=18, min_value=0)
+    reason = forms.CharField(max_length=200, help_text="Recorded on the posting with your name.")
+    request_id = forms.CharField(widget=forms.HiddenInput)  # a double submit posts once
+
+
+@admin.register(Market)
+class MarketAdmin(admin.ModelAdmin):
+    """Setting the anchor moves the price there at once; the price source then walks it around."""
+
+    form = MarketForm
+    list_display = ("__str__", "anchor_price", "price", "price_updated_at", "spread_bps", "walk_step_bps")
+    list_select_related = ("base", "quote")
+    readonly_fields = ("price", "price_updated_at")
+
+    def save_model(self, request, obj, form, change):
+        if not change or "anchor_price" in form.changed_data:
+            obj.price = obj.anchor_price
+            obj.price_updated_at = timezone.now()
+        super().save_model(request, obj, form, change)
+
+    def get_urls(self):
+        return [
+            path("liquidity/", self.admin_site.admin_view(self.liquidity_view), name="convert_liquidity"),
+            *super().get_urls(),
+        ]
+
+    def liquidity_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        may_top_up = request.user.has_perm("accounts.add_manualadjustment")
+        form = None
+        if may_top_up:
+            form = TopUpForm(request.POST or None, initial={"request_id": uuid.uuid4().hex})
+            if request.method == "POST" and form.is_valid():
+                data = form.cleaned_data
+                posting_id = services.liquidity_top_up(
+                    asset_code=data["asset"].code,
+                    amount=data["amount"],
+                    actor=request.user,
+                    reason=data["reason"],
+                    request_id=data["request_id"],
+                )
+                self.message_user(request, f"Liquidity topped up (posting #{posting_id}).", messages.SUCCESS)
+                return redirect("admin:convert_liquidity")
+        elif request.method == "POST":
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Convert liquidity",
+            "opts": self.model._meta,
+            "liquidity": sorted(selectors.liquidity_by_asset().items()),
+            "shards": len(ledger.role_account_ids(SystemRole.CONVERT_LIQUIDITY)),
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/convert/market/liquidity.html", context)
+
+
+@admin.register(Pair)
+class PairAdmin(admin.ModelAdmin):
+    list_display = ("__str__", "market", "min_source_amount", "max_source_amount", "precision", "fee_bps", "enabled")
+    list_filter = ("enabled", "source", "target")
+    list_editable = ("enabled",)
+    list_select_related = ("source", "target", "market__base", "market__quote")
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Quote)
+class QuoteAdmin(ReadOnlyAdmin):
+    list_display = ("quote_id", "user", "pair", "source_amount", "target_amount", "price", "created_at", "expires_at")
+    list_filter = ("pair", "created_at")
+    search_fields = ("quote_id", "user__email")
+    list_select_related = ("user", "pair__source", "pair__target")
+
+
+@admin.register(Order)
+class OrderAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "user",
+        "pair",
+        "source_amount",
+        "target_amount",
+        "fee",
+        "price",
+        "status",
+        "error_message",
+        "created_at",
+    )
+    list_filter = ("status", "pair", "created_at")
+    search_fields = ("user__email", "quote__quote_id", "=id")
+    list_select_related = ("user", "pair__source", "pair__target")
+    raw_id_fields = ("quote", "user", "posting")

@@ -1,0 +1,155 @@
+"""The spec's Convert endpoints. Every answer is the convert envelope (exchange/api/envelope.py):
+`{status: 0, error: "OK", data[, total]}` on success; a refusal of the convert rules is a
+ConvertError (convert/errors.py) that the one exception handler renders as
+`{status: 10000003, error: <message>, data: null}`. Failures of the gateway itself (key, signature,
+timing, parameters, rate limits) keep the `{code, msg}` form of every endpoint."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from rest_framework.response import Response
+
+from accounts.models import ApiKeyType
+from convert import presenters, selectors, services
+from convert.models import OrderStatus
+from exchange.api import envelope
+from exchange.api.auth import Security
+from exchange.api.errors import InvalidParameter, ParameterInvalid
+from exchange.api.params import Param, ParamSpec, check_skip
+from exchange.api.views import GatewayApi
+
+
+class ConvertApi(GatewayApi):
+    http_method_names = ["post"]
+    security = Security.TRADE
+    key_type = ApiKeyType.CONVERT
+    ip_weight = 1
+
+
+class SupportedPairsApi(ConvertApi):
+    """The pairs customers may convert in (enabled by operators)."""
+
+    params_spec = ParamSpec(())
+    response_example = envelope.success(
+        [
+            {
+                "sourceCurrency": "BTC",
+                "targetCurrency": "PHP",
+                "minSourceAmount": "0.0001",
+                "maxSourceAmount": "5",
+                "precision": "2",
+            }
+        ]
+    )
+
+    def post(self, request):
+        return Response(envelope.success([presenters.pair_json(pair) for pair in selectors.pairs_enabled()]))
+
+
+class QuoteApi(ConvertApi):
+    """A firm quote, valid QUOTE_TTL_SECONDS; exactly one of sourceAmount and targetAmount."""
+
+    params_spec = ParamSpec(
+        (
+            Param("sourceCurrency", required=True, max_length=16),
+            Param("targetCurrency", required=True, max_length=16),
+            Param("sourceAmount", "DECIMAL", description="What the customer pays; or targetAmount."),
+            Param("targetAmount", "DECIMAL", description="What the customer receives; or sourceAmount."),
+        )
+    )
+    response_example = envelope.success(
+        {
+            "quoteId": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+            "sourceCurrency": "BTC",
+            "targetCurrency": "PHP",
+            "sourceAmount": "0.01000000",
+            "targetAmount": "51896.00",
+            "price": "5189600.43",
+            "expiry": "10",
+        }
+    )
+
+    def post(self, request):
+        p = self.params
+        quote = services.quote_create(
+            user=self.account,
+            source_code=p["sourceCurrency"],
+            target_code=p["targetCurrency"],
+            source_amount=p["sourceAmount"],
+            target_amount=p["targetAmount"],
+        )
+        return Response(envelope.success(presenters.quote_json(quote, services.seconds_left(quote))))
+
+
+class AcceptQuoteApi(ConvertApi):
+    """Accept the caller's quote before it expires: one CONVERT posting, or a FAILED order."""
+
+    params_spec = ParamSpec((Param("quoteId", required=True, max_length=64),))
+    response_example = envelope.success({"orderId": "1001", "status": "SUCCESS"})
+
+    def post(self, request):
+        order = services.quote_accept(user=self.account, quote_id=self.params["quoteId"])
+        return Response(envelope.success(presenters.accepted_json(order)))
+
+
+def _ms(name: str, value: int | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return datetime.fromtimestamp(value / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise InvalidParameter(name) from exc
+
+
+class OrderHistoryApi(ConvertApi):
+    """The caller's orders, oldest first; without startTime/endTime the whole history."""
+
+    security = Security.USER_DATA
+    key_type = None
+    is_write = False
+    params_spec = ParamSpec(
+        (
+            Param("startTime", "LONG", min=0, description="ms; numeric string."),
+            Param("endTime", "LONG", min=0, description="ms; numeric string."),
+            Param("status", "ENUM", choices=tuple(OrderStatus.values), description="Only together with startTime."),
+            Param("page", "INT", default=1, min=1),
+            Param("size", "INT", default=10, min=1, max=100),
+        )
+    )
+    response_example = {
+        **envelope.success(
+            [
+                {
+                    "orderId": "1001",
+                    "quoteId": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+                    "userId": "42",
+                    "sourceCurrency": "BTC",
+                    "targetCurrency": "PHP",
+                    "sourceAmount": "0.01000000",
+                    "targetAmount": "51896.00",
+                    "price": "5189600.43",
+                    "fee": "0.00",
+                    "inversePrice": "0.000000192693",
+                    "status": "SUCCESS",
+                    "createdAt": "1764000000000",
+                    "errorCode": "",
+                    "errorMessage": "",
+                }
+            ],
+            total=1,
+        )
+    }
+
+    def post(self, request):
+        p = self.params
+        if p["status"] is not None and p["startTime"] is None:
+            raise ParameterInvalid("status", "send it together with startTime")
+        start, end = _ms("startTime", p["startTime"]), _ms("endTime", p["endTime"])
+        if start is not None and end is not None and end < start:
+            raise ParameterInvalid("endTime", "before startTime")
+        check_skip("page", (p["page"] - 1) * p["size"])
+        page = selectors.order_history(
+            user_id=self.account.pk, start=start, end=end, status=p["status"], page=p["page"], size=p["size"]
+        )
+        return Response(envelope.success([presenters.order_json(o) for o in page.orders], total=page.total))

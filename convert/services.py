@@ -1,0 +1,338 @@
+"""Convert writes: quotes, accepting them, and the house's liquidity.
+
+A quote is a firm price for QUOTE_TTL_SECONDS. Accepting it is one CONVERT posting: the customer's
+source amount to the house's convert liquidity, the house's target amount to the customer (and the
+fee, if the pair has one, to the fees account), written together with the order row in the
+posting's own statement; the order's unique quote makes a quote accepted once, however many
+accepts race. A refused accept is kept as a FAILED order with its reason.
+
+Rounding always favours the house: a quote for a source amount rounds the target down (to the
+pair's precision); a quote for a target amount rounds the source up (to the source asset's
+precision) and the fee up.
+
+The liquidity is split over shards (accounts/ledger/system.py): customer N's conversions use shard
+N % shards, so conversions of different customers do not queue on one ledger lock. When that
+shard cannot pay the target, the richest shard is tried once; when none can, the accept fails with
+"failed to fetch liquidity" and nothing moves.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from datetime import timedelta
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts import ledger, policy
+from accounts.errors import AccountMayNotSend
+from accounts.ledger.models import Balance, BusinessType, Posting
+from accounts.models import SystemRole, User
+from convert import errors, prices
+from convert.models import Order, OrderStatus, Pair, Quote
+from exchange.api.errors import Disconnected, InsufficientBalance
+from exchange.api.ratelimit import STORAGE_ERRORS, counters
+from exchange.selectors import business_is_on
+
+logger = logging.getLogger(__name__)
+
+BPS = Decimal(10000)
+PRICE_PLACES = Decimal("1e-18")
+
+
+def _places(places: int) -> Decimal:
+    return Decimal(1).scaleb(-places)
+
+
+def _down(value: Decimal, places: int) -> Decimal:
+    return value.quantize(_places(places), rounding=ROUND_FLOOR)
+
+
+def _up(value: Decimal, places: int) -> Decimal:
+    return value.quantize(_places(places), rounding=ROUND_CEILING)
+
+
+def _fits(value: Decimal, places: int) -> bool:
+    return value == value.quantize(_places(places))
+
+
+def customer_price(market_price: Decimal, spread_bps: int) -> Decimal:
+    """Target units per source unit the customer gets: the market's less the spread, rounded down."""
+    with localcontext(prec=60):
+        return _down(market_price * (1 - Decimal(spread_bps) / BPS), 18)
+
+
+def _require_business_on() -> None:
+    if not business_is_on("CONVERT"):
+        raise errors.ConvertSuspended()
+
+
+def _require_may_convert(user: User) -> None:
+    if not policy.may_send(user):
+        raise errors.AccountUnavailable()
+
+
+def pair_find(source_code: str, target_code: str) -> Pair:
+    pair = (
+        Pair.objects.select_related("source", "target")
+        .filter(source__code=source_code, target__code=target_code, enabled=True)
+        .first()
+    )
+    if pair is None:
+        raise errors.PairNotSupported(source_code, target_code)
+    return pair
+
+
+def _throttle(user: User, pair: Pair) -> None:
+    """At most one quote per CONVERT_QUOTE_INTERVAL_MS per account and pair (the spec's minimum
+    refresh interval). Counted in the rate-limit storage; when it is down, quoting is refused."""
+    interval_ms = settings.CONVERT_QUOTE_INTERVAL_MS
+    if interval_ms <= 0:
+        return
+    try:
+        count = counters().incr(f"convert-quote/{user.pk}/{pair.pk}", max(1, -(-interval_ms // 1000)))
+    except STORAGE_ERRORS as exc:
+        raise Disconnected() from exc
+    if count > 1:
+        raise errors.QuoteTooSoon(interval_ms)
+
+
+def quote_amounts(
+    pair: Pair, price: Decimal, *, source_amount: Decimal | None, target_amount: Decimal | None
+) -> tuple[Decimal, Decimal, Decimal]:
+    """(source, target, fee) of a quote at the customer's `price`, rounded in the house's favour,
+    checked against the pair's bounds and precision."""
+    source_places = pair.source.transfer_precision
+    fee_rate = Decimal(pair.fee_bps) / BPS
+    with localcontext(prec=60):
+        if source_amount is not None:
+            if source_amount <= 0:
+                raise errors.AmountRefused("sourceAmount must be positive")
+            if not _fits(source_amount, source_places):
+                raise errors.AmountRefused(f"sourceAmount has more than {source_places} decimal places")
+            gross = _down(source_amount * price, pair.precision)
+            fee = _up(gross * fee_rate, pair.precision)
+            source, target = source_amount, gross - fee
+        else:
+            if target_amount <= 0:
+                raise errors.AmountRefused("targetAmount must be positive")
+            if not _fits(target_amount, pair.precision):
+                raise errors.AmountRefused(f"targetAmount has more than {pair.precision} decimal places")
+            gross = _up(target_amount / (1 - fee_rate), pair.precision)
+            fee = gross - target_amount
+            source, target = _up(gross / price, source_places), target_amount
+    if source < pair.min_source_amount:
+        raise errors.AmountRefused(f"sourceAmount is below the minimum {pair.min_source_amount.normalize():f}")
+    if source > pair.max_source_amount:
+        raise errors.AmountRefused(f"sourceAmount is above the maximum {pair.max_source_amount.normalize():f}")
+    if target <= 0:
+        raise errors.AmountRefused("the amount is too small to convert")
+    return source, target, fee
+
+
+def quote_create(
+    *,
+    user: User,
+    source_code: str,
+    target_code: str,
+    source_amount: Decimal | None = None,
+    target_amount: Decimal | None = None,
+) -> Quote:
+    if (source_amount is None) == (target_amount is None):
+        raise errors.OneAmountRequired()
+    _require_business_on()
+    _require_may_convert(user)
+    pair = pair_find(source_code, target_code)
+    market = prices.current_price(pair)
+    price = customer_price(market.price, pair.market.spread_bps)
+    if price <= 0:
+        raise errors.LiquidityUnavailable()
+    source, target, fee = quote_amounts(pair, price, source_amount=source_amount, target_amount=target_amount)
+    _throttle(user, pair)
+    now = timezone.now()
+    return Quote.objects.create(
+        quote_id=secrets.token_hex(16),
+        user=user,
+        pair=pair,
+        source_amount=source,
+        target_amount=target,
+        fee=fee,
+        price=price,
+        market_price=_down(market.price, 18),
+        created_at=now,
+        expires_at=now + timedelta(seconds=settings.QUOTE_TTL_SECONDS),
+    )
+
+
+def seconds_left(quote: Quote) -> int:
+    """Whole seconds until the quote expires, rounded up (a fresh quote says QUOTE_TTL_SECONDS)."""
+    left = (quote.expires_at - timezone.now()).total_seconds()
+    return max(0, math.ceil(left))
+
+
+def _record_failure(quote: Quote, error: errors.ConvertError) -> Order | None:
+    """Keep a refused accept as a FAILED order (support sees it); the quote is then spent. If a
+    concurrent accept recorded the quote's order first, nothing is written."""
+    try:
+        with transaction.atomic():
+            return Order.objects.create(
+                quote=quote,
+                user_id=quote.user_id,
+                pair_id=quote.pair_id,
+                source_amount=quote.source_amount,
+                target_amount=quote.target_amount,
+                fee=quote.fee,
+                price=quote.price,
+                status=OrderStatus.FAILED,
+                error_code=str(error.convert_status),
+                error_message=error.msg[:255],
+                created_at=timezone.now(),
+            )
+    except IntegrityError:
+        return None
+
+
+def _fail(quote: Quote, error: errors.ConvertError):
+    if _record_failure(quote, error) is None:
+        raise errors.QuoteAlreadyUsed() from error
+    raise error
+
+
+def quote_accept(*, user: User, quote_id: str) -> Order:
+    quote = (
+        Quote.objects.select_related("pair__source", "pair__target", "pair__market")
+        .filter(quote_id=quote_id, user=user)
+        .first()
+    )
+    if quote is None:
+        raise errors.QuoteNotFound()
+    if Order.objects.filter(quote=quote).exists():
+        raise errors.QuoteAlreadyUsed()
+    if timezone.now() >= quote.expires_at:
+        _fail(quote, errors.QuoteExpired())
+    try:
+        _require_business_on()
+        _require_may_convert(user)
+        pair = quote.pair
+        if not pair.enabled:
+            raise errors.LiquidityUnavailable()
+        market = prices.current_price(pair)  # stale or missing: LiquidityUnavailable
+        tolerance = Decimal(settings.CONVERT_LAST_LOOK_TOLERANCE_BPS) / BPS
+        now_price = customer_price(market.price, pair.market.spread_bps)
+        if now_price < quote.price * (1 - tolerance):  # the market moved against the house
+            raise errors.PriceChanged()
+    except errors.ConvertError as error:
+        _fail(quote, error)
+    return _settle(quote, user)
+
+
+def _settle(quote: Quote, user: User) -> Order:
+    pair = quote.pair
+    shard = ledger.shard_account_id(SystemRole.CONVERT_LIQUIDITY, user.pk)
+    try:
+        return _post(quote, user, shard)
+    except InsufficientBalance:
+        pass
+    if _free(user.pk, pair.source.code) < quote.source_amount:
+        _fail(quote, errors.ConvertInsufficientBalance())
+    richest = _richest_shard(pair.target.code, quote.target_amount + quote.fee)
+    if richest is not None and richest != shard:
+        try:
+            return _post(quote, user, richest)
+        except InsufficientBalance:
+            if _free(user.pk, pair.source.code) < quote.source_amount:
+                _fail(quote, errors.ConvertInsufficientBalance())
+    logger.warning("Convert liquidity short: %s %s for quote %s", quote.target_amount, pair.target.code, quote.quote_id)
+    _fail(quote, errors.LiquidityUnavailable())
+
+
+def _post(quote: Quote, user: User, shard: int) -> Order:
+    pair = quote.pair
+    legs = ledger.move(user.pk, shard, pair.source.code, quote.source_amount)
+    legs += ledger.move(shard, user.pk, pair.target.code, quote.target_amount)
+    if quote.fee > 0:
+        legs += ledger.move(shard, ledger.shard_account_id(SystemRole.FEES, user.pk), pair.target.code, quote.fee)
+    values = {
+        "quote_id": quote.pk,
+        "user_id": user.pk,
+        "pair_id": pair.pk,
+        "source_amount": quote.source_amount,
+        "target_amount": quote.target_amount,
+        "fee": quote.fee,
+        "price": quote.price,
+        "status": OrderStatus.SUCCESS.value,
+        "error_code": "",
+        "error_message": "",
+    }
+    try:
+        result = ledger.post(
+            senders=(user.pk,),
+            legs=legs,
+            kind=BusinessType.CONVERT,
+            reference=f"convert:{quote.quote_id}",
+            memo=f"{pair.source.code}->{pair.target.code} quote {quote.quote_id}",
+            row=ledger.LinkedRow(Order, values),
+        )
+    except IntegrityError as exc:  # the quote's order (or posting reference) exists: accepted concurrently
+        raise errors.QuoteAlreadyUsed() from exc
+    except AccountMayNotSend:  # frozen since the checks above, as the ledger saw under the lock
+        _fail(quote, errors.AccountUnavailable())
+    stored = {"id": result.row_id, "posting_id": result.posting_id, "created_at": result.created_at, **values}
+    fields = Order._meta.concrete_fields
+    order = Order.from_db("default", [f.attname for f in fields], [stored.get(f.attname) for f in fields])
+    return order
+
+
+def _free(account_id: int, asset_code: str) -> Decimal:
+    row = Balance.objects.filter(account_id=account_id, asset__code=asset_code).values_list("free", flat=True).first()
+    return row if row is not None else Decimal(0)
+
+
+def _richest_shard(asset_code: str, needed: Decimal) -> int | None:
+    shards = ledger.role_account_ids(SystemRole.CONVERT_LIQUIDITY)
+    row = (
+        Balance.objects.filter(account_id__in=shards, asset__code=asset_code, free__gte=needed)
+        .order_by("-free")
+        .values_list("account_id", flat=True)
+        .first()
+    )
+    return row
+
+
+def liquidity_top_up(
+    *, asset_code: str, amount: Decimal, actor: User, reason: str, request_id: str | None = None
+) -> int:
+    """Operators add `amount` of an asset to the house's convert liquidity, from equity, spread
+    evenly over the shards: one posting, audited (the actor, and the reason in its memo). With the
+    admin form's `request_id` a double submit posts once (the posting's unique reference). Returns
+    the posting's id."""
+    if not reason.strip():
+        raise ValueError("A top-up needs a reason.")
+    if amount <= 0:
+        raise ValueError("A top-up must be positive.")
+    shards = ledger.role_account_ids(SystemRole.CONVERT_LIQUIDITY)
+    with localcontext(prec=60):
+        share = _down(amount / len(shards), 18)
+    legs = []
+    equity = ledger.system_account_id(SystemRole.EQUITY)
+    for i, shard in enumerate(shards):
+        part = share if i else amount - share * (len(shards) - 1)
+        if part > 0:
+            legs += ledger.move(equity, shard, asset_code, part)
+    reference = f"convert-liquidity:{request_id or secrets.token_hex(12)}"
+    try:
+        result = ledger.post(
+            legs=legs,
+            kind=BusinessType.OTHERS,
+            reference=reference,
+            memo=f"convert liquidity top-up by {actor.email}: {reason}"[:255],
+            actor_id=actor.pk,
+        )
+    except IntegrityError:  # the same form submitted again: posted once
+        return Posting.objects.get(reference=reference).pk
+    logger.info("Convert liquidity +%s %s by %s: %s", amount, asset_code, actor.email, reason)
+    return result.posting_id

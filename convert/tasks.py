@@ -1,0 +1,11 @@
+"""Thin tasks: call a service."""
+
+from celery import shared_task
+
+from convert import prices
+
+
+@shared_task(name="convert.market_tick")
+def market_tick_task() -> int:
+    """Move and confirm the prices (the default source's simulated market; a real feed may do nothing)."""
+    return prices.source().tick()
