@@ -60,10 +60,19 @@ def _fits(value: Decimal, places: int) -> bool:
     return value == value.quantize(_places(places))
 
 
+PRICE_DIGITS = 12  # significant digits of a quoted price
+
+
 def customer_price(market_price: Decimal, spread_bps: int) -> Decimal:
-    """Target units per source unit the customer gets: the market's less the spread, rounded down."""
+    """Target units per source unit the customer gets: the market's less the spread, rounded down
+    to PRICE_DIGITS significant digits (and at most 18 places). Twelve digits are more than any
+    price needs, and every database keeps them exactly (SQLite, the embedded mode, stores decimals
+    as 15-digit floats)."""
     with localcontext(prec=60):
-        return _down(market_price * (1 - Decimal(spread_bps) / BPS), 18)
+        price = market_price * (1 - Decimal(spread_bps) / BPS)
+        if price <= 0:
+            return Decimal(0)
+        return _down(price, min(18, PRICE_DIGITS - 1 - price.adjusted()))
 
 
 def _require_business_on() -> None:
