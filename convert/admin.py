@@ -31,6 +31,12 @@ class TopUpForm(forms.Form):
     reason = forms.CharField(max_length=200, help_text="Recorded on the posting with your name.")
     request_id = forms.CharField(widget=forms.HiddenInput)  # a double submit posts once
 
+    def clean_amount(self):
+        amount = self.cleaned_data["amount"]
+        if amount <= 0:
+            raise forms.ValidationError("A top-up must be positive.")
+        return amount
+
 
 @admin.register(Market)
 class MarketAdmin(admin.ModelAdmin):

@@ -6,7 +6,7 @@ timing, parameters, rate limits) keep the `{code, msg}` form of every endpoint."
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from rest_framework.response import Response
 
@@ -15,8 +15,9 @@ from convert import presenters, selectors, services
 from convert.models import OrderStatus
 from exchange.api import envelope
 from exchange.api.auth import Security
-from exchange.api.errors import InvalidParameter, ParameterInvalid
+from exchange.api.errors import ParameterInvalid
 from exchange.api.params import Param, ParamSpec, check_skip
+from exchange.api.timewindow import end_from_ms, from_ms
 from exchange.api.views import GatewayApi
 
 
@@ -93,13 +94,12 @@ class AcceptQuoteApi(ConvertApi):
         return Response(envelope.success(presenters.accepted_json(order)))
 
 
-def _ms(name: str, value: int | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return datetime.fromtimestamp(value / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError) as exc:
-        raise InvalidParameter(name) from exc
+def _period(start_ms: int | None, end_ms: int | None) -> tuple[datetime | None, datetime | None]:
+    """startTime and endTime as datetimes; the end covers its whole millisecond (orders are stored
+    with microseconds, and shown with their createdAt in ms)."""
+    start = from_ms(start_ms, "startTime") if start_ms is not None else None
+    end = end_from_ms(end_ms) if end_ms is not None else None
+    return start, end
 
 
 class OrderHistoryApi(ConvertApi):
@@ -145,7 +145,7 @@ class OrderHistoryApi(ConvertApi):
         p = self.params
         if p["status"] is not None and p["startTime"] is None:
             raise ParameterInvalid("status", "send it together with startTime")
-        start, end = _ms("startTime", p["startTime"]), _ms("endTime", p["endTime"])
+        start, end = _period(p["startTime"], p["endTime"])
         if start is not None and end is not None and end < start:
             raise ParameterInvalid("endTime", "before startTime")
         check_skip("page", (p["page"] - 1) * p["size"])

@@ -12,8 +12,9 @@ precision) and the fee up.
 
 The liquidity is split over shards (accounts/ledger/system.py): customer N's conversions use shard
 N % shards, so conversions of different customers do not queue on one ledger lock. When that
-shard cannot pay the target, the richest shard is tried once; when none can, the accept fails with
-"failed to fetch liquidity" and nothing moves.
+shard cannot pay the target, the richest shard is tried once (or, when no single shard holds it, the
+richest few together in one posting); when the house cannot pay, the accept fails with "failed to
+fetch liquidity" and nothing moves.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _require_may_convert(user: User) -> None:
 
 def pair_find(source_code: str, target_code: str) -> Pair:
     pair = (
-        Pair.objects.select_related("source", "target")
+        Pair.objects.select_related("source", "target", "market")
         .filter(source__code=source_code, target__code=target_code, enabled=True)
         .first()
     )
@@ -241,17 +242,18 @@ def quote_accept(*, user: User, quote_id: str) -> Order:
 
 def _settle(quote: Quote, user: User) -> Order:
     pair = quote.pair
+    needed = quote.target_amount + quote.fee
     shard = ledger.shard_account_id(SystemRole.CONVERT_LIQUIDITY, user.pk)
     try:
-        return _post(quote, user, shard)
+        return _post(quote, user, [(shard, needed)])
     except InsufficientBalance:
         pass
     if _free(user.pk, pair.source.code) < quote.source_amount:
         _fail(quote, errors.ConvertInsufficientBalance())
-    richest = _richest_shard(pair.target.code, quote.target_amount + quote.fee)
-    if richest is not None and richest != shard:
+    payers = _payers(pair.target.code, needed)
+    if payers is not None and payers != [(shard, needed)]:
         try:
-            return _post(quote, user, richest)
+            return _post(quote, user, payers)
         except InsufficientBalance:
             if _free(user.pk, pair.source.code) < quote.source_amount:
                 _fail(quote, errors.ConvertInsufficientBalance())
@@ -259,12 +261,16 @@ def _settle(quote: Quote, user: User) -> Order:
     _fail(quote, errors.LiquidityUnavailable())
 
 
-def _post(quote: Quote, user: User, shard: int) -> Order:
+def _post(quote: Quote, user: User, payers: list[tuple[int, Decimal]]) -> Order:
+    """One CONVERT posting: the source to the first payer shard; the payers' parts (target plus fee)
+    to the customer's target and the fee to the fees account."""
     pair = quote.pair
-    legs = ledger.move(user.pk, shard, pair.source.code, quote.source_amount)
-    legs += ledger.move(shard, user.pk, pair.target.code, quote.target_amount)
+    target = pair.target.code
+    legs = ledger.move(user.pk, payers[0][0], pair.source.code, quote.source_amount)
+    legs += [ledger.Leg(shard, target, -part) for shard, part in payers]
+    legs.append(ledger.Leg(user.pk, target, quote.target_amount))
     if quote.fee > 0:
-        legs += ledger.move(shard, ledger.shard_account_id(SystemRole.FEES, user.pk), pair.target.code, quote.fee)
+        legs.append(ledger.Leg(ledger.shard_account_id(SystemRole.FEES, user.pk), target, quote.fee))
     values = {
         "quote_id": quote.pk,
         "user_id": user.pk,
@@ -301,15 +307,23 @@ def _free(account_id: int, asset_code: str) -> Decimal:
     return row if row is not None else Decimal(0)
 
 
-def _richest_shard(asset_code: str, needed: Decimal) -> int | None:
+def _payers(asset_code: str, needed: Decimal) -> list[tuple[int, Decimal]] | None:
+    """The shards that pay `needed`: the richest alone when it can, else the richest few together
+    (one posting locks them all, in the ledger's order); None when the house cannot pay."""
     shards = ledger.role_account_ids(SystemRole.CONVERT_LIQUIDITY)
-    row = (
-        Balance.objects.filter(account_id__in=shards, asset__code=asset_code, free__gte=needed)
-        .order_by("-free")
-        .values_list("account_id", flat=True)
-        .first()
+    rows = (
+        Balance.objects.filter(account_id__in=shards, asset__code=asset_code, free__gt=0)
+        .order_by("-free", "account_id")
+        .values_list("account_id", "free")
     )
-    return row
+    payers, left = [], needed
+    for account_id, available in rows:
+        part = min(available, left)
+        payers.append((account_id, part))
+        left -= part
+        if left <= 0:
+            return payers
+    return None
 
 
 def liquidity_top_up(

@@ -1,0 +1,180 @@
+"""The convert admin: markets, pairs, quotes and orders listed; quotes and orders read-only; a new
+anchor moves the price at once; the liquidity page with the house's totals per asset; an audited
+top-up that posts once however often the same form is sent; Support (read-only) cannot top up."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+
+from accounts.ledger.models import BusinessType, Posting
+from accounts.models import User
+from convert import services
+from convert.models import Market, Order, Quote
+from tests.convert.helpers import free, shards
+from tests.support.assertions import assert_ledger_balanced
+from tests.support.factories import customer
+from tests.support.staff import logged_in, staff_in
+
+LIQUIDITY_URL = "/admin/convert/market/liquidity/"
+
+
+def _house(code: str) -> Decimal:
+    return sum((free(s, code) for s in shards()), Decimal(0))
+
+
+@pytest.fixture
+def orders(convert_world):
+    """A successful and a failed order (and their quotes), so the lists have rows."""
+    alice = customer(funding={"BTC": "1"})
+    good = services.quote_create(user=alice.user, source_code="BTC", target_code="PHP", source_amount=Decimal("0.01"))
+    services.quote_accept(user=alice.user, quote_id=good.quote_id)
+    bad = services.quote_create(user=alice.user, source_code="BTC", target_code="PHP", source_amount=Decimal("2"))
+    with pytest.raises(services.errors.ConvertInsufficientBalance):
+        services.quote_accept(user=alice.user, quote_id=bad.quote_id)
+    return list(Order.objects.order_by("pk"))
+
+
+@pytest.fixture
+def root(db):
+    return logged_in(User.objects.create_superuser(email="root@convert-admin.example", password="pw-for-tests"))
+
+
+@pytest.fixture
+def operations(make_user):
+    user = staff_in(make_user, "Operations")
+    return user, logged_in(user)
+
+
+@pytest.fixture
+def support(make_user):
+    return logged_in(staff_in(make_user, "Support (read-only)"))
+
+
+@pytest.mark.parametrize("model", ["market", "pair", "quote", "order"])
+def test_the_lists_load(orders, root, support, model):
+    for client in (root, support):
+        response = client.get(reverse(f"admin:convert_{model}_changelist"))
+        assert response.status_code == 200, response.content[:500]
+    order = orders[0]
+    for model_name, pk in (("order", order.pk), ("quote", order.quote_id), ("market", order.pair.market_id)):
+        assert root.get(reverse(f"admin:convert_{model_name}_change", args=[pk])).status_code == 200
+
+
+def test_the_order_list_filters_by_status(orders, root):
+    response = root.get(reverse("admin:convert_order_changelist"), {"status__exact": "FAILED"})
+    assert response.status_code == 200
+    assert response.context["cl"].result_count == 1
+    assert "insufficient balance" in response.content.decode()
+
+
+@pytest.mark.parametrize("model", ["quote", "order"])
+def test_quotes_and_orders_are_read_only(orders, root, model):
+    row = orders[0] if model == "order" else orders[0].quote
+    assert root.get(reverse(f"admin:convert_{model}_add")).status_code == 403
+    change = reverse(f"admin:convert_{model}_change", args=[row.pk])
+    page = root.get(change)
+    assert page.status_code == 200
+    assert b'name="_save"' not in page.content
+    assert root.post(change, {"status": "SUCCESS", "source_amount": "99"}).status_code == 403
+    assert root.post(reverse(f"admin:convert_{model}_delete", args=[row.pk]), {"post": "yes"}).status_code == 403
+    assert Order.objects.count() == 2
+    assert Quote.objects.count() == 2
+    assert Order.objects.get(pk=orders[0].pk).source_amount == Decimal("0.01")
+
+
+def test_a_new_anchor_moves_the_price_at_once(convert_world, operations):
+    _, client = operations
+    market = Market.objects.get(base__code="BTC", quote__code="PHP")
+    Market.objects.filter(pk=market.pk).update(price=Decimal("5100000"))
+    response = client.post(
+        reverse("admin:convert_market_change", args=[market.pk]),
+        {
+            "base": market.base_id,
+            "quote": market.quote_id,
+            "anchor_price": "6000000",
+            "spread_bps": "30",
+            "walk_step_bps": "5",
+            "walk_band_bps": "300",
+        },
+    )
+    assert response.status_code == 302, response.content[:1000]
+    market.refresh_from_db()
+    assert (market.anchor_price, market.price, market.spread_bps) == (Decimal(6000000), Decimal(6000000), 30)
+
+
+def test_the_liquidity_page_shows_the_house_per_asset(convert_world, root):
+    response = root.get(LIQUIDITY_URL)
+    assert response.status_code == 200
+    liquidity = dict(response.context["liquidity"])
+    assert liquidity == {"BTC": Decimal(50), "ETH": Decimal(800), "PHP": Decimal(250000000), "USDT": Decimal(5000000)}
+    assert liquidity == {code: _house(code) for code in liquidity}
+    assert response.context["shards"] == len(shards()) == 16
+    assert response.context["form"] is not None
+    text = response.content.decode()
+    for code in liquidity:
+        assert f"<td>{code}</td>" in text
+
+
+def test_a_top_up_posts_once_when_the_same_form_is_sent_twice(convert_world, operations):
+    staff, client = operations
+    page = client.get(LIQUIDITY_URL)
+    request_id = page.context["form"].initial["request_id"]
+    btc = Market.objects.get(base__code="BTC", quote__code="PHP").base
+    form = {"asset": btc.pk, "amount": "10.5", "reason": "weekend buffer", "request_id": request_id}
+    before = _house("BTC")
+    first = client.post(LIQUIDITY_URL, form)
+    second = client.post(LIQUIDITY_URL, form)
+    assert (first.status_code, second.status_code) == (302, 302)
+    assert _house("BTC") == before + Decimal("10.5")
+    posting = Posting.objects.get(reference=f"convert-liquidity:{request_id}")
+    assert posting.kind == BusinessType.OTHERS
+    assert posting.actor_id == staff.pk
+    assert "weekend buffer" in posting.memo
+    assert staff.email in posting.memo
+    parts = {e.account_id: e.amount for e in posting.entries.filter(side=1)}
+    assert set(parts) == set(shards())
+    assert sum(parts.values()) == Decimal("10.5")
+    assert max(parts.values()) - min(parts.values()) < Decimal("1e-15")  # evenly
+    again = client.post(LIQUIDITY_URL, {**form, "request_id": "another-submit"})
+    assert again.status_code == 302
+    assert _house("BTC") == before + 21
+    assert_ledger_balanced()
+
+
+@pytest.mark.parametrize(
+    "form",
+    [{"amount": "0", "reason": "x"}, {"amount": "-1", "reason": "x"}, {"amount": "1", "reason": ""}],
+    ids=["zero", "negative", "no-reason"],
+)
+def test_a_top_up_needs_a_positive_amount_and_a_reason(convert_world, operations, form):
+    _, client = operations
+    btc = Market.objects.get(base__code="BTC", quote__code="PHP").base
+    before = _house("BTC")
+    response = client.post(LIQUIDITY_URL, {"asset": btc.pk, "request_id": "r1", **form})
+    assert response.status_code == 200  # the form again, with its error
+    assert response.context["form"].errors
+    assert _house("BTC") == before
+    assert not Posting.objects.filter(reference="convert-liquidity:r1").exists()
+
+
+def test_support_sees_the_liquidity_but_cannot_top_up(convert_world, support):
+    page = support.get(LIQUIDITY_URL)
+    assert page.status_code == 200
+    assert page.context["form"] is None
+    assert b"Top up" not in page.content
+    btc = Market.objects.get(base__code="BTC", quote__code="PHP").base
+    before = _house("BTC")
+    response = support.post(LIQUIDITY_URL, {"asset": btc.pk, "amount": "5", "reason": "x", "request_id": "s1"})
+    assert response.status_code == 403
+    assert _house("BTC") == before
+    assert not Posting.objects.filter(reference__startswith="convert-liquidity:").exists()
+
+
+def test_a_customer_cannot_reach_the_liquidity_page(convert_world):
+    alice = customer()
+    response = logged_in(alice.user).get(LIQUIDITY_URL)
+    assert response.status_code == 302  # to the admin login
+    assert "/admin/login/" in response["Location"]
