@@ -12,6 +12,7 @@ from convert.urls import urlpatterns as convert_urls
 from exchange.api.views import NotFoundApi
 from exchange.apis import OpenApiSchemaApi, PingApi, ServerTimeApi, SystemStatusApi, UserIpApi
 from streams.urls import urlpatterns as streams_urls
+from subaccounts.urls import urlpatterns as subaccounts_urls
 from wallet.urls import urlpatterns as wallet_urls
 
 urlpatterns = [
@@ -23,6 +24,7 @@ urlpatterns = [
     *streams_urls,
     *wallet_urls,
     *convert_urls,
+    *subaccounts_urls,
     # Charged like any request (Weight(IP) 5); the document is generated once per process.
     path("schema", OpenApiSchemaApi.as_view(), name="openapi-schema"),
     path("docs", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),

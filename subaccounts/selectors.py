@@ -1,0 +1,128 @@
+"""Sub-account reads: a master's sub-accounts, a sub-account's balances, the family's transfers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.models import User
+from accounts.selectors import AssetBalance, balance_rows
+from exchange.api.errors import EndTimeBeforeStartTime, PeriodTooLong
+from exchange.api.timewindow import from_ms, shift
+from subaccounts.models import SubAccountTransfer
+
+HISTORY_SPAN = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class SubAccountPage:
+    sub_accounts: list[User]
+    total: int
+
+
+def sub_account_list(*, master: User, email: str | None, page: int, limit: int) -> SubAccountPage:
+    """`master`'s sub-accounts (virtual or not), oldest first; `email` (any case) narrows to one."""
+    rows = User.objects.filter(master_id=master.pk).order_by("id")
+    if email is not None:
+        rows = rows.filter(email=email.strip().lower())
+    total = rows.count()
+    skip = (page - 1) * limit
+    return SubAccountPage(list(rows[skip : skip + limit]) if skip < total else [], total)
+
+
+def sub_account_balances(*, sub: User) -> list[AssetBalance]:
+    return balance_rows(user=sub)
+
+
+def history_period(
+    start_ms: int | None, end_ms: int | None, *, now: datetime | None = None
+) -> tuple[datetime, datetime]:
+    """[start, end) of a transfer history: endTime is excluded. Without either, the last 30 days;
+    with one, the 30 days after startTime or before endTime; with both, at most 30 days apart."""
+    now = now or timezone.now()
+    start = from_ms(start_ms, "startTime") if start_ms is not None else None
+    end = from_ms(end_ms, "endTime") if end_ms is not None else None
+    if start is None and end is None:
+        end = now
+    if start is None:
+        start = shift(end, -HISTORY_SPAN, "endTime")
+    if end is None:
+        end = shift(start, HISTORY_SPAN, "startTime")
+    if end < start:
+        raise EndTimeBeforeStartTime()
+    if end - start > HISTORY_SPAN:
+        raise PeriodTooLong(HISTORY_SPAN.days)
+    return start, end
+
+
+@dataclass(frozen=True)
+class TransferPage:
+    transfers: list[SubAccountTransfer]
+    total: int
+
+
+def _page(rows, *, page: int, limit: int) -> TransferPage:
+    total = rows.count()
+    skip = (page - 1) * limit
+    found = (
+        list(
+            rows.select_related("from_account", "to_account", "asset").order_by("created_at", "id")[skip : skip + limit]
+        )
+        if skip < total
+        else []
+    )
+    return TransferPage(found, total)
+
+
+def universal_transfer_history(
+    *,
+    master: User,
+    from_account: User | None,
+    to_account: User | None,
+    client_tran_id: str | None,
+    asset_code: str | None,
+    start: datetime,
+    end: datetime,
+    page: int,
+    limit: int,
+) -> TransferPage:
+    """The family's transfers (universal and sub-to-master) from `from_account` (or to
+    `to_account`), oldest first, in [start, end)."""
+    rows = SubAccountTransfer.objects.filter(master_id=master.pk, created_at__gte=start, created_at__lt=end)
+    if from_account is not None:
+        rows = rows.filter(from_account_id=from_account.pk)
+    if to_account is not None:
+        rows = rows.filter(to_account_id=to_account.pk)
+    if client_tran_id is not None:
+        rows = rows.filter(client_tran_id=client_tran_id)
+    if asset_code is not None:
+        rows = rows.filter(asset__code=asset_code)
+    return _page(rows, page=page, limit=limit)
+
+
+TRANSFERS_IN = 1
+TRANSFERS_OUT = 2
+
+
+def sub_transfer_history(
+    *,
+    sub: User,
+    direction: int,
+    asset_code: str | None,
+    client_tran_id: str | None,
+    start: datetime,
+    end: datetime,
+    page: int,
+    limit: int,
+) -> TransferPage:
+    """The sub-account's transfers in its family: received (TRANSFERS_IN) or sent (TRANSFERS_OUT)."""
+    side = Q(to_account_id=sub.pk) if direction == TRANSFERS_IN else Q(from_account_id=sub.pk)
+    rows = SubAccountTransfer.objects.filter(side, master_id=sub.master_id, created_at__gte=start, created_at__lt=end)
+    if asset_code is not None:
+        rows = rows.filter(asset__code=asset_code)
+    if client_tran_id is not None:
+        rows = rows.filter(client_tran_id=client_tran_id)
+    return _page(rows, page=page, limit=limit)

@@ -1,0 +1,111 @@
+"""List and create (issue 15, item 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from accounts.models import User
+from tests.subaccounts import helpers as h
+from tests.support.assertions import assert_error
+from tests.support.factories import UserFactory, customer
+
+
+def test_create_answers_the_sub_account_with_an_integer_create_time(family):
+    body = h.ok(family.master.client.post(h.CREATE, {"accountName": "New-Sub@Test.example"}))
+    assert set(body) == {"email", "createTime", "isFreeze"}
+    assert body["email"] == "new-sub@test.example"
+    assert isinstance(body["createTime"], int)
+    assert body["isFreeze"] is False
+    sub = User.objects.get(email="new-sub@test.example")
+    assert sub.master_id == family.master.user.pk
+    assert sub.is_virtual
+    assert body["createTime"] == int(sub.date_joined.timestamp() * 1000)
+
+
+def test_a_created_sub_account_cannot_log_in(family, client):
+    h.ok(family.master.client.post(h.CREATE, {"accountName": "nologin@test.example"}))
+    sub = User.objects.get(email="nologin@test.example")
+    assert not sub.has_usable_password()
+    assert not client.login(username="nologin@test.example", password="")
+    assert not sub.api_keys.exists()
+
+
+@pytest.mark.parametrize("name", ["not-an-email", "a@b", "two@@test.example", " ", "x" * 250 + "@t.example"])
+def test_account_name_must_be_an_email(family, name):
+    response = family.master.client.post(h.CREATE, {"accountName": name})
+    assert_error(response, -1025, 400)
+    assert User.objects.filter(master=family.master.user).count() == 2
+
+
+def test_account_name_is_required(family):
+    assert_error(family.master.client.post(h.CREATE), -1105, 400)
+
+
+@pytest.mark.parametrize("taken", ["fam-sub1@test.example", "FAM-MASTER@test.example", "other-master@test.example"])
+def test_account_name_unique_across_all_users(family, other_family, taken):
+    assert_error(family.master.client.post(h.CREATE, {"accountName": taken}), -1010, 400, msg_contains="exists")
+
+
+def test_the_31st_virtual_sub_account_is_refused(family):
+    for i in range(28):  # the family already has two
+        h.ok(family.master.client.post(h.CREATE, {"accountName": f"s{i}@test.example"}))
+    response = family.master.client.post(h.CREATE, {"accountName": "s-31@test.example"})
+    assert_error(response, -1010, 400, msg_contains="at most 30 virtual sub-accounts")
+    assert not User.objects.filter(email="s-31@test.example").exists()
+    assert User.objects.filter(master=family.master.user, is_virtual=True).count() == 30
+
+
+def test_the_limit_is_per_master(family, other_family):
+    for i in range(28):
+        UserFactory(email=f"fill{i}@test.example", master=family.master.user, is_virtual=True)
+    assert_error(family.master.client.post(h.CREATE, {"accountName": "x@test.example"}), -1010)
+    h.ok(other_family.master.client.post(h.CREATE, {"accountName": "x@test.example"}))
+
+
+def test_list_answers_sub_accounts_and_total_with_string_create_times(family, other_family):
+    family.sub2.user.is_frozen = True
+    family.sub2.user.save()
+    body = h.ok(family.master.client.get(h.LIST))
+    assert set(body) == {"subAccounts", "total"}
+    assert body["total"] == 2
+    assert [s["email"] for s in body["subAccounts"]] == ["fam-sub1@test.example", "fam-sub2@test.example"]
+    for item in body["subAccounts"]:
+        assert set(item) == {"email", "createTime", "isFreeze"}
+        assert isinstance(item["createTime"], str)
+        assert item["createTime"].isdigit()
+    assert [s["isFreeze"] for s in body["subAccounts"]] == [False, True]
+
+
+def test_list_of_a_master_without_sub_accounts_is_empty(assets):
+    loner = customer()
+    assert h.ok(loner.client.get(h.LIST)) == {"subAccounts": [], "total": 0}
+
+
+def test_list_email_filter(family, other_family):
+    body = h.ok(family.master.client.get(h.LIST, {"email": "FAM-sub2@test.example"}))
+    assert body["total"] == 1
+    assert [s["email"] for s in body["subAccounts"]] == ["fam-sub2@test.example"]
+    assert h.ok(family.master.client.get(h.LIST, {"email": "other-sub1@test.example"})) == {
+        "subAccounts": [],
+        "total": 0,
+    }
+
+
+def test_list_paging(family):
+    for i in range(13):
+        UserFactory(email=f"p{i:02d}@test.example", master=family.master.user, is_virtual=True)
+    first = h.ok(family.master.client.get(h.LIST))
+    assert first["total"] == 15
+    assert len(first["subAccounts"]) == 10  # limit defaults to 10
+    second = h.ok(family.master.client.get(h.LIST, {"page": 2}))
+    assert len(second["subAccounts"]) == 5
+    emails = [s["email"] for s in first["subAccounts"] + second["subAccounts"]]
+    assert len(set(emails)) == 15
+    assert h.ok(family.master.client.get(h.LIST, {"page": 2, "limit": 4}))["subAccounts"][0]["email"] == emails[4]
+    assert h.ok(family.master.client.get(h.LIST, {"page": 9}))["subAccounts"] == []
+    assert len(h.ok(family.master.client.get(h.LIST, {"limit": 200}))["subAccounts"]) == 15
+
+
+@pytest.mark.parametrize("params", [{"limit": 201}, {"limit": 0}, {"page": 0}, {"page": "x"}])
+def test_list_paging_bounds(family, params):
+    assert_error(family.master.client.get(h.LIST, params), -1025, 400)
