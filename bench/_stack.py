@@ -254,3 +254,31 @@ def non2xx(wrk_output: str) -> int:
 def _ms(text: str) -> float:
     value, unit = re.fullmatch(r"([\d.]+)(\w+)", text).groups()
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit]
+
+
+def load_bench(name: str):
+    """Another bench/NAME script as a module, to reuse its parts (its main() does not run)."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader(f"bench_{name}", str(ROOT / "bench" / name))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def procfile_command(name: str, **options: str) -> list[str]:
+    """The command line `make run` starts for the Procfile's entry `name` (the full stack), with the
+    values of the given `--option`s replaced (e.g. schedule=<a temporary file> for beat)."""
+    import shlex
+
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            args = shlex.split(line.split(":", 1)[1])
+            break
+    else:
+        raise RuntimeError(f"no {name!r} entry in the Procfile")
+    for option, value in options.items():
+        args[args.index(f"--{option}") + 1] = value
+    return args
