@@ -3,7 +3,10 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import UserChangeForm, UserCreationForm
 from django.core.exceptions import ValidationError
+from django.db.models import Count
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 
 from accounts import services
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
@@ -58,6 +61,23 @@ def may_edit_user(editor: User, target: User) -> bool:
     return target.pk == editor.pk or not (target.is_staff or target.is_superuser)
 
 
+class AccountKindFilter(admin.SimpleListFilter):
+    title = "kind"
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return (("master", "Masters (with sub-accounts)"), ("sub", "Sub-accounts"), ("house", "House accounts"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "master":
+            return queryset.filter(sub_accounts__isnull=False).distinct()
+        if self.value() == "sub":
+            return queryset.filter(master__isnull=False)
+        if self.value() == "house":
+            return queryset.filter(system_role__isnull=False)
+        return queryset
+
+
 @admin.register(User)
 class UserAdmin(DjangoUserAdmin):
     """Accounts for operators (the Operations group may change users). Only a superuser grants or
@@ -70,10 +90,12 @@ class UserAdmin(DjangoUserAdmin):
     add_form = AccountCreationForm
     ordering = ("id",)
     list_display = ("id", "email", "phone", "master", "is_virtual", "is_frozen", "is_active", "is_staff", "date_joined")
-    list_filter = ("is_active", "is_staff", "is_frozen", "is_virtual")
-    search_fields = ("email", "phone")
+    list_filter = (AccountKindFilter, "is_active", "is_staff", "is_frozen", "is_virtual")
+    search_fields = ("email", "phone", "master__email")
+    list_select_related = ("master",)
+    actions = ["freeze_accounts", "unfreeze_accounts"]
     raw_id_fields = ("master",)
-    readonly_fields = ("system_role",)
+    readonly_fields = ("system_role", "sub_account_list")
     fieldsets = (
         (None, {"fields": ("email", "phone", "password")}),
         ("Account", {"fields": ("master", "is_virtual", "is_frozen", "is_active", "system_role")}),
@@ -94,6 +116,65 @@ class UserAdmin(DjangoUserAdmin):
         ("Dates", {"fields": ("last_login", "date_joined")}),
     )
     add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "phone", "master", "password1", "password2")}),)
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or obj.master_id is not None or obj.system_role is not None:
+            return fieldsets
+        # A master's sub-accounts on its page (a sub-account cannot be a master: it has none).
+        return (*fieldsets[:2], ("Sub-accounts", {"fields": ("sub_account_list",)}), *fieldsets[2:])
+
+    @admin.display(description="sub-accounts")
+    def sub_account_list(self, obj: User) -> str:
+        """Each sub-account with a link to its page, its state, its keys and a link to a new key for
+        it. Frozen and unfrozen on its own page or by the list's actions; created by the master
+        through the API or on the "Add user" page."""
+        subs = list(obj.sub_accounts.order_by("id").annotate(keys=Count("api_keys")))
+        if not subs:
+            return "None."
+        rows = format_html_join(
+            "",
+            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td>'
+            '<td><a href="{}?user__id__exact={}">{}</a></td><td><a href="{}?user={}">Create an API key</a></td></tr>',
+            (
+                (
+                    reverse("admin:accounts_user_change", args=[sub.pk]),
+                    sub.email,
+                    "virtual" if sub.is_virtual else "",
+                    "FROZEN" if sub.is_frozen else "",
+                    "" if sub.is_active else "inactive",
+                    reverse("admin:accounts_apikey_changelist"),
+                    sub.pk,
+                    f"{sub.keys} key(s)",
+                    reverse("admin:accounts_apikey_add"),
+                    sub.pk,
+                )
+                for sub in subs
+            ),
+        )
+        return format_html("<table><tbody>{}</tbody></table>", rows)
+
+    def _set_frozen(self, request, queryset, frozen: bool) -> None:
+        done = skipped = 0
+        for user in queryset:
+            if user.system_role is not None or not may_edit_user(request.user, user):
+                skipped += 1
+                continue
+            services.user_set_frozen(user=user, frozen=frozen, by=request.user)
+            done += 1
+        verb = "frozen" if frozen else "unfrozen"
+        self.message_user(request, f"{done} account(s) {verb}.", messages.SUCCESS)
+        if skipped:
+            note = f"{skipped} account(s) skipped: staff or house accounts are not yours to change."
+            self.message_user(request, note, messages.WARNING)
+
+    @admin.action(description="Freeze the selected accounts (no money out, API keys refused)", permissions=["change"])
+    def freeze_accounts(self, request, queryset):
+        self._set_frozen(request, queryset, True)
+
+    @admin.action(description="Unfreeze the selected accounts", permissions=["change"])
+    def unfreeze_accounts(self, request, queryset):
+        self._set_frozen(request, queryset, False)
 
     def get_readonly_fields(self, request, obj=None):
         fields = tuple(super().get_readonly_fields(request, obj))

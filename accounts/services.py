@@ -37,6 +37,19 @@ def user_create(
     )
 
 
+def user_set_frozen(*, user: User, frozen: bool, by: User | None = None) -> User:
+    """Freeze or unfreeze an account. A frozen account sends no money (accounts/policy.py, checked
+    again under the ledger's lock) and every one of its API keys is refused (-2015); the save evicts
+    its keyring in every process (apps.py), so the next request already sees it."""
+    if user.system_role is not None:
+        raise ValueError("The service's own ledger accounts cannot be frozen.")
+    if user.is_frozen != frozen:
+        user.is_frozen = frozen
+        user.save(update_fields=["is_frozen"])
+        logger.info("account %s %s by %s", user.pk, "frozen" if frozen else "unfrozen", by.pk if by else "-")
+    return user
+
+
 def normalize_key_types(types: list[str] | None) -> list[str]:
     """No types means every functional type (a key may use all secure endpoints by default);
     'Read only' excludes the functional types."""

@@ -235,7 +235,7 @@ EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)
 
 # `manage.py demo`: each app loads its own part of the demo world, in this order (an app's part may
 # use the ones before it). Each returns the demo accounts it adds, by role, for `--json`.
-DEMO_LOADERS = ["accounts.demo.load", "wallet.demo.load", "convert.demo.load"]
+DEMO_LOADERS = ["accounts.demo.load", "wallet.demo.load", "convert.demo.load", "subaccounts.demo.load"]
 
 if REDIS_URL:
     # A slow consumer's channel holds up to STREAM_CHANNEL_CAPACITY messages; beyond that channels_redis

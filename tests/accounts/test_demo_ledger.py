@@ -70,7 +70,7 @@ def test_demo_funding_comes_from_the_equity_account():
         assert locked == 0
     # one posting per account and asset, each a credit of the account and a debit of equity
     postings = Posting.objects.filter(reference__startswith="demo:fund:")
-    assert postings.count() == 12
+    assert postings.count() == 12 + 3  # master, sub1, peer: 4 assets each; sub2 (subaccounts.demo): 3
     for posting in postings:
         sides = sorted(posting.entries.values_list("account_id", "side"), key=lambda row: row[1])
         assert sides[0] == (equity.pk, -1)
