@@ -92,7 +92,8 @@ def test_staff_and_house_accounts_are_skipped(family, operations, make_user):
     assert "2 account(s) skipped" in text
     colleague.refresh_from_db()
     house.refresh_from_db()
-    assert not colleague.is_frozen and not house.is_frozen
+    assert not colleague.is_frozen
+    assert not house.is_frozen
     assert User.objects.get(pk=family.sub2.user.pk).is_frozen
 
 
