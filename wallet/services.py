@@ -135,7 +135,7 @@ def deposit_advance(*, deposit: Deposit, confirmations: int | None = None, faile
         if won:
             ledger.post(
                 legs=ledger.move(
-                    ledger.system_account_id(SystemRole.WORLD),
+                    ledger.shard_account_id(SystemRole.WORLD, deposit.account_id),  # the customer's shard
                     deposit.account_id,
                     deposit.network.coin.code,
                     deposit.amount,
@@ -338,9 +338,13 @@ def _settle_once(
 
 def _succeed(withdrawal: Withdrawal, tx_id: str) -> Withdrawal:
     coin = withdrawal.network.coin.code
-    legs = ledger.settle(withdrawal.account_id, ledger.system_account_id(SystemRole.WORLD), coin, withdrawal.amount)
+    # The customer's shards of the world and fees accounts (accounts/ledger/system.py): withdrawals
+    # of different customers lock different house rows.
+    world = ledger.shard_account_id(SystemRole.WORLD, withdrawal.account_id)
+    legs = ledger.settle(withdrawal.account_id, world, coin, withdrawal.amount)
     if withdrawal.fee > 0:
-        legs += ledger.settle(withdrawal.account_id, ledger.system_account_id(SystemRole.FEES), coin, withdrawal.fee)
+        fees = ledger.shard_account_id(SystemRole.FEES, withdrawal.account_id)
+        legs += ledger.settle(withdrawal.account_id, fees, coin, withdrawal.fee)
     return _settle_once(
         withdrawal,
         legs=legs,

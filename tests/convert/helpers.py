@@ -128,8 +128,17 @@ def shard_of(user) -> int:
     return ledger.shard_account_id(SystemRole.CONVERT_LIQUIDITY, user.pk)
 
 
-def fees_account() -> int:
-    return ledger.system_account_id(SystemRole.FEES)
+def fees_account(user) -> int:
+    """The shard of the fees account that `user`'s postings credit."""
+    return ledger.shard_account_id(SystemRole.FEES, user.pk)
+
+
+def fees_total(code: str) -> Decimal:
+    """The fees collected in `code`: the sum over the fees account's shards."""
+    rows = Balance.objects.filter(
+        account_id__in=ledger.role_account_ids(SystemRole.FEES), asset__code=code
+    ).values_list("free", flat=True)
+    return sum(rows, Decimal(0))
 
 
 def _reference(prefix: str) -> str:

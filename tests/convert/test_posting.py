@@ -11,7 +11,7 @@ import pytest
 
 from accounts.ledger.models import BalanceChange, BusinessType, Entry, LimitCounter, Posting
 from convert.models import Order, OrderStatus, Pair
-from tests.convert.helpers import accept, fees_account, free, ok, quote, set_market, shard_of
+from tests.convert.helpers import accept, fees_account, fees_total, free, ok, quote, set_market, shard_of
 from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.factories import customer
 
@@ -66,8 +66,9 @@ def test_one_convert_posting_moves_both_balances(alice):
 def test_the_fee_leg_goes_to_the_fees_account(alice):
     set_market("BTC", "PHP", "5200000", spread_bps=0)
     Pair.objects.filter(source__code="BTC", target__code="PHP").update(fee_bps=25)
-    fees = fees_account()
+    fees = fees_account(alice.user)  # alice's shard of the fees account
     fees_before = free(fees, "PHP")
+    others_before = fees_total("PHP") - fees_before
     shard = shard_of(alice.user)
     data, order = _accept(alice.client, "BTC", "PHP", "0.00012346")  # gross 641.99, fee 1.61
     assert (data["targetAmount"], order.fee) == ("640.38", Decimal("1.61"))
@@ -79,6 +80,7 @@ def test_the_fee_leg_goes_to_the_fees_account(alice):
         (fees, "PHP", "F", 1, Decimal("1.61")),
     }
     assert free(fees, "PHP") == fees_before + Decimal("1.61")
+    assert fees_total("PHP") - free(fees, "PHP") == others_before  # no other shard moved
     assert_balance(alice.user, "PHP", "100640.38")
     history = ok(alice.client.post("/openapi/convert/v1/query-order-history"), total=True)[0]
     assert history[0]["fee"] == "1.61"

@@ -38,6 +38,7 @@ from tests.convert.helpers import (
     USED,
     drain,
     fees_account,
+    fees_total,
     free,
     house_total,
     shards,
@@ -113,7 +114,7 @@ def test_ten_thousand_random_operations(convert_world, settings):
     # the model
     balance = {(i, code): FUNDING[code] for i in range(CUSTOMERS) for code in CODES}
     house = {code: house_total(code) for code in CODES}
-    fees = {code: free(fees_account(), code) for code in CODES}
+    fees = {code: fees_total(code) for code in CODES}
     level = dict.fromkeys(markets, 0)
     business_on = True
     pending: list[Pending] = []
@@ -255,11 +256,13 @@ def test_ten_thousand_random_operations(convert_world, settings):
     postings = dict(Posting.objects.filter(kind=BusinessType.CONVERT).values_list("pk", "reference"))
     assert set(postings) == set(successes)
     assert sorted(postings.values()) == sorted(f"convert:{o.quote.quote_id}" for o in successes.values())
-    house_ids, fees_id = set(shards()), fees_account()
+    house_ids = set(shards())
+    fees_of = {user.pk: fees_account(user) for user in users}  # each customer's fees shard
     legs: dict[int, dict[tuple[str, str], Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for posting_id, account_id, code, side, amount in Entry.objects.filter(posting_id__in=postings).values_list(
         "posting_id", "account_id", "asset__code", "side", "amount"
     ):
+        fees_id = fees_of[successes[posting_id].user_id]
         who = "house" if account_id in house_ids else "fees" if account_id == fees_id else account_id
         legs[posting_id][(who, code)] += side * amount
     for posting_id, order in successes.items():
@@ -285,6 +288,6 @@ def test_ten_thousand_random_operations(convert_world, settings):
             assert free(user.pk, code) == expected[code] == balance[(i, code)], (i, code)
     for code in CODES:
         assert house_total(code) == house[code], code
-        assert free(fees_id, code) == fees[code], code
+        assert fees_total(code) == fees[code], code
     assert_ledger_balanced()
     print(f"\n{OPERATIONS} operations in {elapsed:.1f}s: {dict(sorted(outcomes.items()))}")  # noqa: T201

@@ -32,8 +32,8 @@ def counters_of(account_id: int) -> dict[tuple[str, str, date], list[Decimal]]:
 
 
 def history(alice: int, bob: int) -> None:
-    world = ledger.system_account_id(SystemRole.WORLD)
-    fees = ledger.system_account_id(SystemRole.FEES)
+    world = ledger.shard_account_id(SystemRole.WORLD, alice)  # alice's shards, as the wallet posts
+    fees = ledger.shard_account_id(SystemRole.FEES, alice)
     ledger.post(legs=ledger.move(world, alice, "BTC", Decimal("2.5")), kind="CHAIN_DEPOSIT", reference="dep:1")
     ledger.post(legs=ledger.move(world, alice, "PHP", Decimal("500")), kind="FIAT_DEPOSIT", reference="dep:2")
     ledger.post(legs=ledger.move(alice, bob, "BTC", Decimal("0.5")), kind="P2P_TRANSFER", reference="p2p:1")
@@ -75,7 +75,7 @@ def test_postings_keep_counters_per_period_as_the_journal_gives_them(make_user, 
 
 def test_service_accounts_keep_no_counters(make_user, coins):
     history(make_user().id, make_user().id)
-    system = [ledger.system_account_id(role) for role in (SystemRole.WORLD, SystemRole.FEES)]
+    system = [shard for role in (SystemRole.WORLD, SystemRole.FEES) for shard in ledger.role_account_ids(role)]
     assert not LimitCounter.objects.filter(account_id__in=system).exists()
 
 
@@ -99,7 +99,7 @@ def test_ledger_check_reports_a_counter_that_differs_from_the_journal(make_user,
 
 def test_periods_are_utc_calendar_days_months_and_years(make_user, coins, monkeypatch):
     alice, bob = make_user().id, make_user().id
-    world = ledger.system_account_id(SystemRole.WORLD)
+    world = ledger.shard_account_id(SystemRole.WORLD, alice)
     monkeypatch.setattr(posting.timezone, "now", lambda: datetime(2026, 2, 10, 8, tzinfo=UTC))
     ledger.post(legs=ledger.move(world, alice, "PHP", Decimal(100)), kind="FIAT_DEPOSIT", reference="dep:0")
     moments = {

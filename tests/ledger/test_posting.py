@@ -23,8 +23,8 @@ def _balance(user, code="BTC"):
 
 def test_deposit_move_hold_release_settle(make_user, btc):
     alice, bob = make_user(), make_user()
-    world = ledger.system_account_id(SystemRole.WORLD)
-    fees = ledger.system_account_id(SystemRole.FEES)
+    world = ledger.shard_account_id(SystemRole.WORLD, alice.id)  # alice's shards, as the wallet posts
+    fees = ledger.shard_account_id(SystemRole.FEES, alice.id)
     ledger.post(legs=ledger.move(world, alice.id, "BTC", Decimal("2.5")), kind="CHAIN_DEPOSIT", reference="dep:1")
     ledger.post(legs=ledger.move(alice.id, bob.id, "BTC", Decimal("0.5")), kind="P2P_TRANSFER", reference="p2p:1")
     ledger.post(legs=ledger.hold(alice.id, "BTC", Decimal("1")), kind="CHAIN_WITHDRAWAL", reference="wd:1:hold")

@@ -197,7 +197,7 @@ def deposit(user: User, amount: Decimal | str | int, asset: str = "BTC", referen
     """A CHAIN_DEPOSIT of `amount` to `user` from the outside world's account (the asset must
     exist): the posting the wallet makes for a credited deposit, as the streams tests expect it.
     Returns the PostingResult."""
-    world = ledger.system_account_id(SystemRole.WORLD)
+    world = ledger.shard_account_id(SystemRole.WORLD, user.id)  # the customer's shard, as the wallet posts
     return ledger.post(
         legs=ledger.move(world, user.id, asset, _amount(amount)),
         kind="CHAIN_DEPOSIT",

@@ -173,7 +173,7 @@ def test_command_then_confirmations_then_credited_once(demo_master, master_clien
 
 
 def test_credit_event(demo_master):
-    world = ledger.system_account_id(SystemRole.WORLD)
+    world = ledger.shard_account_id(SystemRole.WORLD, demo_master.pk)  # the customer's shard
     _deposit_cmd(MASTER, "USDT", "12.5", "--network", "TRX", "--confirm")
     deposit = Deposit.objects.get()
     assert deposit.status == DepositStatus.SUCCESS

@@ -170,7 +170,7 @@ def test_ring_of_20_with_1000_concurrent_transfers(make_user, ring_asset, roomy_
 def test_ring_with_a_fee_touching_the_fees_account(make_user, ring_asset, roomy_tier):
     fee = Decimal("0.5")
     TransferFee.objects.create(asset=ring_asset, fee=fee)
-    fees = ledger.system_account_id(SystemRole.FEES)
+    fees = ledger.role_account_ids(SystemRole.FEES)  # the sender's shard takes each fee
     funds = Decimal(60)
     users = make_accounts(make_user, roomy_tier, 20, funds, "feering")
     rng = random.Random(7)
@@ -178,7 +178,10 @@ def test_ring_with_a_fee_touching_the_fees_account(make_user, ring_asset, roomy_
     outcomes, errors, _ = run_transfers(jobs, users)
     assert errors == [], f"{len(errors)} of 200 failed (PostgreSQL broke lock-order deadlocks), e.g. {errors[:1]}"
     assert outcomes["ok"] + outcomes["insufficient"] == 200
-    assert free_of(fees) == fee * outcomes["ok"]
+    assert sum(free_of(shard) for shard in fees) == fee * outcomes["ok"]
+    for shard in fees:  # each shard holds the fees of its own senders' transfers
+        sent = Transfer.objects.filter(sender__in=[u.pk for u in users if fees[u.pk % len(fees)] == shard]).count()
+        assert free_of(shard) == fee * sent, shard
     assert_books(users, funds, fee)
 
 

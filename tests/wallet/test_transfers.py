@@ -105,6 +105,11 @@ def free_of(account_id: int, code: str = "PHP") -> Decimal:
     return row.free if row else Decimal(0)
 
 
+def fees_shard(email: str) -> int:
+    """The shard of the fees account that the customer's transfer fees go to."""
+    return ledger.shard_account_id(SystemRole.FEES, User.objects.get(email=email).pk)
+
+
 def snapshot():
     """Everything a transfer could change."""
     return (
@@ -348,7 +353,7 @@ def test_amount_too_large_for_the_ledger_is_refused_cleanly(master_client, demo,
 @pytest.mark.django_db
 def test_fee_from_transfer_fee(master_client, peer_client, demo, create_path):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("2.5"))
-    fees = ledger.system_account_id(SystemRole.FEES)
+    fees = fees_shard(MASTER)
     master_before, peer_before, fees_before = free(MASTER), free(PEER), free_of(fees)
     transfer = create(master_client, create_path, amount="100")
     assert transfer["amount"] == "100.00"
@@ -723,7 +728,7 @@ def test_unknown_ids_are_404(master_client, history, transfer_id):
 @pytest.mark.django_db
 def test_one_posting_of_kind_p2p_transfer(master_client, demo):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("1"))
-    fees = ledger.system_account_id(SystemRole.FEES)
+    fees = fees_shard(MASTER)
     postings_before = Posting.objects.count()
     transfer = create(master_client, amount="25", message="rent")
     assert Posting.objects.count() == postings_before + 1
@@ -803,7 +808,7 @@ def _reverse_url(transfer_id) -> str:
 @pytest.mark.django_db
 def test_admin_reversal_once(master_client, admin_client, demo):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("2"))
-    fees = ledger.system_account_id(SystemRole.FEES)
+    fees = fees_shard(MASTER)
     before = (free(MASTER), free(PEER), free_of(fees))
     transfer = create(master_client, amount="30")
     assert (free(MASTER), free(PEER), free_of(fees)) == (before[0] - 32, before[1] + 30, before[2] + 2)

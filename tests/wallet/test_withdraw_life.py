@@ -54,6 +54,12 @@ def _free_locked(user_id: int, code: str = "USDT") -> tuple[Decimal, Decimal]:
     return (row.free, row.locked) if row else (Decimal(0), Decimal(0))
 
 
+def _role_free(role: SystemRole, code: str = "USDT") -> Decimal:
+    """What the house holds in `role`: the sum over its shards."""
+    rows = Balance.objects.filter(account_id__in=ledger.role_account_ids(role), asset__code=code)
+    return sum(rows.values_list("free", flat=True), Decimal(0))
+
+
 def _whitelist(user: User, address: str = TRX_ADDRESS) -> None:
     WhitelistAddress.objects.create(
         account=user, network=Network.objects.get(coin__code="USDT", network="TRX"), address=address, name="mine"
@@ -106,9 +112,10 @@ def _broadcasts(withdrawal: Withdrawal) -> int:
 
 @pytest.mark.django_db
 def test_success(carol, carol_client, django_capture_on_commit_callbacks):
-    fees = ledger.system_account_id(SystemRole.FEES)
-    world = ledger.system_account_id(SystemRole.WORLD)
+    fees = ledger.shard_account_id(SystemRole.FEES, carol.pk)  # carol's shards
+    world = ledger.shard_account_id(SystemRole.WORLD, carol.pk)
     fees_before, world_before = _free_locked(fees)[0], _free_locked(world)[0]
+    totals_before = _role_free(SystemRole.FEES), _role_free(SystemRole.WORLD)
     free0, _ = _free_locked(carol.pk)
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -121,6 +128,10 @@ def test_success(carol, carol_client, django_capture_on_commit_callbacks):
     assert _free_locked(carol.pk) == (free0 - Decimal(11), Decimal(0))
     assert _free_locked(fees)[0] == fees_before + Decimal(1)
     assert _free_locked(world)[0] == world_before + Decimal(10)
+    assert (_role_free(SystemRole.FEES), _role_free(SystemRole.WORLD)) == (  # no other shard moved
+        totals_before[0] + Decimal(1),
+        totals_before[1] + Decimal(10),
+    )
 
     sent = SimTransaction.objects.get(client_reference=f"withdrawal:{withdrawal.pk}")
     assert (sent.tx_id, sent.address, sent.amount, sent.incoming) == (withdrawal.tx_id, TRX_ADDRESS, Decimal(10), False)
@@ -150,7 +161,8 @@ def test_events_for_hold_and_settle(carol, carol_client, django_capture_on_commi
     assert (settle.free_after, settle.locked_after) == (Decimal(89), Decimal(0))
     assert settle.seq > hold.seq
     fee_change = BalanceChange.objects.get(
-        account_id=ledger.system_account_id(SystemRole.FEES), posting__reference=f"withdrawal:{withdrawal.pk}:settle"
+        account_id=ledger.shard_account_id(SystemRole.FEES, carol.pk),
+        posting__reference=f"withdrawal:{withdrawal.pk}:settle",
     )
     assert (fee_change.kind, fee_change.delta_free) == ("CHAIN_WITHDRAWAL", Decimal(1))
     assert ledger_check().ok
@@ -175,8 +187,7 @@ def test_confirmations_follow_the_chain(carol, carol_client, django_capture_on_c
 @pytest.mark.django_db
 def test_broadcast_failure_releases_the_funds(carol, carol_client, django_capture_on_commit_callbacks):
     SimBroadcastFailure.objects.create(address=TRX_ADDRESS)
-    fees = ledger.system_account_id(SystemRole.FEES)
-    fees_before = _free_locked(fees)[0]
+    fees_before = _role_free(SystemRole.FEES)  # every shard
     start = _free_locked(carol.pk)
     with django_capture_on_commit_callbacks(execute=True):
         withdrawal = _apply(carol_client, "10", withdrawOrderId="fails")
@@ -186,7 +197,7 @@ def test_broadcast_failure_releases_the_funds(carol, carol_client, django_captur
     assert withdrawal.info
     assert withdrawal.tx_id == ""
     assert _free_locked(carol.pk) == start == (Decimal(100), Decimal(0))
-    assert _free_locked(fees)[0] == fees_before
+    assert _role_free(SystemRole.FEES) == fees_before
     assert (_postings(withdrawal, "hold"), _postings(withdrawal, "settle"), _postings(withdrawal, "release")) == (
         1,
         0,
@@ -313,8 +324,8 @@ def test_reject_a_queued_withdrawal_before_the_worker(
 
 @pytest.mark.django_db
 def test_process_twice_settles_once(carol, carol_client, django_capture_on_commit_callbacks):
-    fees = ledger.system_account_id(SystemRole.FEES)
-    fees_before = _free_locked(fees)[0]
+    fees = ledger.shard_account_id(SystemRole.FEES, carol.pk)
+    fees_before, total_before = _free_locked(fees)[0], _role_free(SystemRole.FEES)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         withdrawal = _apply(carol_client, "10")
     first = services.withdrawal_process(withdrawal_id=withdrawal.pk)
@@ -329,6 +340,7 @@ def test_process_twice_settles_once(carol, carol_client, django_capture_on_commi
     assert _broadcasts(withdrawal) == 1
     assert _free_locked(carol.pk) == (Decimal(89), Decimal(0))
     assert _free_locked(fees)[0] == fees_before + Decimal(1)
+    assert _role_free(SystemRole.FEES) == total_before + Decimal(1)
     assert BalanceChange.objects.filter(account=carol, kind="CHAIN_WITHDRAWAL").count() == 2  # hold, settle
     assert ledger_check().ok
 
@@ -422,8 +434,8 @@ def test_concurrent_withdrawals_never_overdraw(make_user):
     (The system accounts exist beforehand, as in any running service: their first creation under
     concurrency is test_first_fee_account_rolled_back_is_not_remembered's subject.)"""
     user = _racer(make_user, "55")
-    ledger.system_account_id(SystemRole.WORLD)
-    ledger.system_account_id(SystemRole.FEES)
+    ledger.role_account_ids(SystemRole.WORLD)  # every shard
+    ledger.role_account_ids(SystemRole.FEES)
 
     def withdraw(i: int):
         account = User.objects.get(pk=user.pk)
@@ -455,8 +467,8 @@ def test_concurrent_withdrawals_never_overdraw(make_user):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_same_withdraw_order_id(make_user):
     user = _racer(make_user, "1000")
-    ledger.system_account_id(SystemRole.WORLD)
-    ledger.system_account_id(SystemRole.FEES)
+    ledger.role_account_ids(SystemRole.WORLD)  # every shard
+    ledger.role_account_ids(SystemRole.FEES)
 
     def withdraw(_i: int):
         return services.withdrawal_apply(
@@ -488,8 +500,8 @@ def test_repeated_withdraw_order_id_while_the_first_settles(make_user, settings,
     import time
 
     user = _racer(make_user, "1000")
-    ledger.system_account_id(SystemRole.WORLD)
-    ledger.system_account_id(SystemRole.FEES)
+    ledger.role_account_ids(SystemRole.WORLD)  # every shard
+    ledger.role_account_ids(SystemRole.FEES)
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("1")  # no task on commit: the test runs the worker
 
     def apply():
@@ -571,7 +583,7 @@ def test_first_fee_account_rolled_back_is_not_remembered(carol, carol_client, mo
     from accounts.ledger.system import forget_cached_ids
     from accounts.models import LedgerAccount
 
-    fees = User.objects.get(system_role=SystemRole.FEES)
+    fees = User.objects.get(pk=ledger.shard_account_id(SystemRole.FEES, carol.pk))  # carol's shard
     LedgerAccount.objects.filter(user=fees).delete()
     fees.delete()
     forget_cached_ids()
@@ -591,7 +603,8 @@ def test_first_fee_account_rolled_back_is_not_remembered(carol, carol_client, mo
     settled = services.withdrawal_process(withdrawal_id=withdrawal.pk)
     assert settled.stage == WithdrawalStage.SUCCEEDED
     fee_change = BalanceChange.objects.get(posting__reference=f"withdrawal:{withdrawal.pk}:settle", delta_free=1)
-    assert User.objects.filter(pk=fee_change.account_id, system_role=SystemRole.FEES).exists(), (
+    shard = carol.pk % len(ledger.role_account_ids(SystemRole.FEES))
+    assert User.objects.filter(pk=fee_change.account_id, system_role=SystemRole.FEES, system_shard=shard).exists(), (
         f"the fee was posted to account #{fee_change.account_id}, which does not exist"
     )
     assert ledger_check().ok

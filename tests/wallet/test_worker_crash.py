@@ -185,15 +185,16 @@ class Stack:
         return {"stage": row[0], "tx_id": row[1], "attempts": row[2]}
 
     def balance(self, *, email: str | None = None, role: str | None = None, coin: str = "ETH") -> tuple:
+        """An account's free and locked; for a house role, the sums over its shards."""
         row = self.one(
-            "SELECT b.free, b.locked FROM accounts_balance b JOIN accounts_user u ON u.id = b.account_id"
+            "SELECT SUM(b.free), SUM(b.locked) FROM accounts_balance b JOIN accounts_user u ON u.id = b.account_id"
             " JOIN accounts_asset a ON a.id = b.asset_id"
             " WHERE (u.email = %s OR u.system_role = %s) AND a.code = %s",
             email or "",
             role or "",
             coin,
         )
-        return (row[0], row[1]) if row else (Decimal(0), Decimal(0))
+        return (row[0], row[1]) if row and row[0] is not None else (Decimal(0), Decimal(0))
 
     def wait_settled(self, withdrawal_id: int, worker: Proc) -> dict:
         deadline = time.time() + SETTLE_SECONDS

@@ -1,6 +1,6 @@
 """Transfers between accounts (v4 and legacy v3): one P2P_TRANSFER posting moves the amount from
-the sender to the recipient and the fee to the fees account; the client's transfer id is unique per
-sender (a database constraint), so a repeat moves nothing."""
+the sender to the recipient and the fee to the sender's shard of the fees account; the client's
+transfer id is unique per sender (a database constraint), so a repeat moves nothing."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from decimal import Decimal
 from django.db import IntegrityError, transaction
 
 from accounts import ledger, limits, policy
-from accounts.ledger.models import Asset, BusinessType, Posting
+from accounts.ledger.models import Asset, Balance, BusinessType, Entry, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import transfer_parties
+from exchange.api.errors import InsufficientBalance
 from exchange.ttlcache import TtlCache
 from wallet import errors
 from wallet.models import Transfer, TransferFee
@@ -73,7 +74,7 @@ def transfer_create(
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
     legs = ledger.move(sender.pk, recipient.id, asset.code, amount)
     if fee > 0:
-        legs += ledger.move(sender.pk, ledger.system_account_id(SystemRole.FEES), asset.code, fee)
+        legs += ledger.move(sender.pk, ledger.shard_account_id(SystemRole.FEES, sender.pk), asset.code, fee)
 
     # Allowed on the snapshot: checked again under the lock only if the sender's seq moved since.
     # Refused on it: decided under the lock instead (counters can go down, e.g. a released
@@ -132,14 +133,69 @@ def transfer_create(
 
 def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
     """Operators undo a transfer with a new posting (the original stays in the journal): the amount
-    goes back from the recipient and the fee from the fees account. Once only."""
+    goes back from the recipient and the fee from the fees shard that received it. Once only."""
     if not reason.strip():
         raise ValueError("A reversal needs a reason.")
     legs = ledger.move(transfer.recipient_id, transfer.sender_id, transfer.asset.code, transfer.amount)
-    if transfer.fee > 0:
-        legs += ledger.move(
-            ledger.system_account_id(SystemRole.FEES), transfer.sender_id, transfer.asset.code, transfer.fee
+    if transfer.fee <= 0:
+        return _post_reversal(transfer, legs, reversed_by, reason)
+    credited = _fee_shard(transfer)
+    refund = ledger.move(credited, transfer.sender_id, transfer.asset.code, transfer.fee)
+    try:
+        return _post_reversal(transfer, legs + refund, reversed_by, reason)
+    except InsufficientBalance:
+        payers = _fee_payers(transfer, credited)
+        if payers is None:  # the recipient's side, or the fees accounts as a whole, is short
+            raise
+    logger.warning("Fee refund of transfer %s: fees shard %s is short, paid by %s", transfer.pk, credited, payers)
+    for shard, part in payers:
+        legs += ledger.move(shard, transfer.sender_id, transfer.asset.code, part)
+    return _post_reversal(transfer, legs, reversed_by, reason)
+
+
+def _fee_shard(transfer: Transfer) -> int:
+    """The fees account the transfer's posting credited, as its journal says: the sender's shard
+    at the time (shard 0 for transfers posted before the fees were sharded), whatever the shard
+    count is now."""
+    credited = (
+        Entry.objects.filter(
+            posting_id=transfer.posting_id,
+            asset_id=transfer.asset_id,
+            side=1,
+            account__system_role=SystemRole.FEES,
         )
+        .values_list("account_id", flat=True)
+        .first()
+    )
+    return credited if credited is not None else ledger.shard_account_id(SystemRole.FEES, transfer.sender_id)
+
+
+def _fee_payers(transfer: Transfer, credited: int) -> list[tuple[int, Decimal]] | None:
+    """When the credited shard no longer holds the fee (refunds take back only what their own
+    transfer brought, so only a move out of a fees account by other means, none in code today, can
+    cause that; the shard count changing cannot, as the journal names the shard): what it holds,
+    and the rest from the richest other fees shards, in one posting. None when the credited shard
+    does hold the fee (the refusal was the recipient's) or the fees accounts together cannot pay."""
+    asset = transfer.asset_id
+    shards = set(ledger.role_account_ids(SystemRole.FEES)) | {credited}
+    free = dict(
+        Balance.objects.filter(account_id__in=shards, asset_id=asset, free__gt=0).values_list("account_id", "free")
+    )
+    if free.get(credited, Decimal(0)) >= transfer.fee:
+        return None
+    payers, left = [], transfer.fee
+    order = [credited, *sorted((s for s in free if s != credited), key=lambda s: (-free[s], s))]
+    for shard in order:
+        part = min(free.get(shard, Decimal(0)), left)
+        if part > 0:
+            payers.append((shard, part))
+            left -= part
+        if left <= 0:
+            return payers
+    return None
+
+
+def _post_reversal(transfer: Transfer, legs, reversed_by: User, reason: str) -> Transfer:
     with transaction.atomic():
         result = ledger.post(
             legs=legs,
