@@ -43,9 +43,12 @@ services:
 	./scripts/services.sh > var/services.env
 
 ## make test: real PostgreSQL and Redis, lint, then the whole test suite; then the tests of the
-## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings) on SQLite.
+## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings, conversions,
+## sub-account transfers and collections) on SQLite.
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
-	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py
+	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py \
+	tests/ledger/test_house_shards.py tests/convert/test_accept.py tests/subaccounts/test_transfers.py \
+	tests/subaccounts/test_collect.py tests/subaccounts/test_clients.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

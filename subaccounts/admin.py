@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from subaccounts.models import SubAccountTransfer
+from subaccounts.models import FundCollection, FundCollectionOutcome, SubAccountTransfer
 
 
 @admin.register(SubAccountTransfer)
@@ -36,3 +36,49 @@ class SubAccountTransferAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+class _ReadOnly:
+    """Collection tasks and their outcomes are written only by the service (with their postings)."""
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class FundCollectionOutcomeInline(_ReadOnly, admin.TabularInline):
+    model = FundCollectionOutcome
+    fields = ("sub", "status", "reason", "posting", "created_at")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+
+@admin.register(FundCollection)
+class FundCollectionAdmin(_ReadOnly, admin.ModelAdmin):
+    """A master's collection tasks, each with what it did per sub-account (read-only)."""
+
+    list_display = ("id", "client_request_id", "master", "status", "attempts", "created_at", "finished_at")
+    list_filter = ("status",)
+    list_select_related = ("master",)
+    search_fields = ("client_request_id", "master__email")
+    date_hierarchy = "created_at"
+    ordering = ("-id",)
+    readonly_fields = (
+        "master",
+        "client_request_id",
+        "remark",
+        "status",
+        "comment",
+        "attempts",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    )
+    inlines = (FundCollectionOutcomeInline,)

@@ -8,10 +8,16 @@ from __future__ import annotations
 from rest_framework.response import Response
 
 from accounts import policy
+from accounts.models import ApiKeyType
 from exchange.api.auth import Security
 from exchange.api.params import Param, ParamSpec, check_skip
+from exchange.api.timewindow import window
 from exchange.api.views import GatewayApi
 from subaccounts import presenters, selectors, services
+from wallet import presenters as wallet_presenters
+from wallet import selectors as wallet_selectors
+from wallet import services as wallet_services
+from wallet.apis import COIN, NINETY_DAYS, PAGING
 
 EMAIL_LENGTH = 254
 
@@ -239,3 +245,224 @@ class SubTransferHistoryApi(SubAccountApi):
             limit=p["limit"],
         )
         return Response(presenters.transfer_history_json(page.transfers, page.total))
+
+
+# --- API-key IP restrictions of a sub-account's key (issue 15, item 7) ----------------------------
+
+_IP_RESTRICTION_EXAMPLE = {
+    "apikey": "k5V49ldtn4tszj6W3hystegdfvmGbqDzjmkCtpTvC0G74WhK7yd4rfCTo4lShf",
+    "ipList": ["8.8.8.8"],
+    "ipRestrict": True,
+    "role": "2,3,4,5,6",
+    "updateTime": 1764000000000,
+}
+_KEY_OF_SUB = (
+    Param("apikey", required=True, max_length=64, description="A key of the sub-account `email`."),
+    Param("email", required=True, max_length=EMAIL_LENGTH),
+)
+# 30 addresses of the longest form (an IPv6 network, 43 characters) with commas and some spacing.
+_IP_BATCH_LENGTH = 2000
+
+
+class SubAccountIpRestrictionApi(SubAccountApi):
+    """The IP restriction of one of the caller's sub-account's keys."""
+
+    http_method_names = ["get", "head"]
+    params_spec = ParamSpec(_KEY_OF_SUB)
+    response_example = _IP_RESTRICTION_EXAMPLE
+
+    def get(self, request):
+        api_key = services.sub_account_api_key_get(
+            master=self.account, email=self.params["email"], apikey=self.params["apikey"]
+        )
+        return Response(presenters.ip_restriction_json(api_key))
+
+
+class SubAccountIpRestrictionAddApi(SubAccountApi):
+    """Merge a batch into the key's IP list and set ipRestriction (1 trusted IPs only, 2 any
+    address). Managing a key's access needs the caller's key to have Enable Account (-2019)."""
+
+    http_method_names = ["post"]
+    uid_weight = 30
+    key_type = ApiKeyType.ACCOUNT
+    params_spec = ParamSpec(
+        (
+            *_KEY_OF_SUB,
+            Param(
+                "ipAddress",
+                max_length=_IP_BATCH_LENGTH,
+                description="Comma-separated IPv4/IPv6 addresses or CIDR networks.",
+            ),
+            Param("ipRestriction", "ENUM", required=True, choices=(services.IP_RESTRICTED, services.IP_UNRESTRICTED)),
+        )
+    )
+    response_example = _IP_RESTRICTION_EXAMPLE
+
+    def post(self, request):
+        p = self.params
+        api_key = services.sub_account_ip_restriction_add(
+            master=self.account,
+            email=p["email"],
+            apikey=p["apikey"],
+            ip_addresses=p["ipAddress"],
+            restrict=p["ipRestriction"] == services.IP_RESTRICTED,
+        )
+        return Response(presenters.ip_restriction_json(api_key))
+
+
+class SubAccountIpRestrictionDeleteApi(SubAccountApi):
+    """Remove a batch from the key's IP list (needs Enable Account, as adding does)."""
+
+    http_method_names = ["post"]
+    uid_weight = 30
+    key_type = ApiKeyType.ACCOUNT
+    params_spec = ParamSpec(
+        (
+            *_KEY_OF_SUB,
+            Param("ipAddress", required=True, max_length=_IP_BATCH_LENGTH, description="Comma-separated batch."),
+        )
+    )
+    response_example = _IP_RESTRICTION_EXAMPLE
+
+    def post(self, request):
+        p = self.params
+        api_key = services.sub_account_ip_restriction_delete(
+            master=self.account, email=p["email"], apikey=p["apikey"], ip_addresses=p["ipAddress"]
+        )
+        return Response(presenters.ip_restriction_json(api_key))
+
+
+# --- deposits of a sub-account (issue 15, item 8): the wallet's own rules, for the sub-account ----
+
+
+class SubAccountDepositAddressApi(SubAccountApi):
+    """The sub-account's deposit address for a coin on a network (the wallet's, for that account)."""
+
+    http_method_names = ["get", "head"]
+    ip_weight = 1
+    uid_weight = 1
+    params_spec = ParamSpec(
+        (
+            Param("email", required=True, max_length=EMAIL_LENGTH),
+            Param("coin", required=True, max_length=16),
+            Param("network", required=True, max_length=16),
+        )
+    )
+    response_example = {"address": "0x5b2e6f3f0b5c9a1d2e3f4a5b6c7d8e9f0a1b2c3d", "addressTag": "", "coin": "ETH"}
+
+    def get(self, request):
+        p = self.params
+        sub = services.sub_account_of(master=self.account, email=p["email"])
+        address = wallet_services.deposit_address_get(account=sub, coin=p["coin"], network=p["network"])
+        return Response(wallet_presenters.deposit_address_json(address, coin=p["coin"]))
+
+
+class SubAccountDepositHistoryApi(SubAccountApi):
+    """The sub-account's deposits, oldest first; period at most 90 days (default: the last 90)."""
+
+    http_method_names = ["get", "head"]
+    ip_weight = 1
+    uid_weight = 1
+    params_spec = ParamSpec(
+        (
+            Param("email", required=True, max_length=EMAIL_LENGTH),
+            COIN,
+            Param("txId", max_length=128),
+            Param("depositId", max_length=32),
+            Param("status", "INT", min=0, max=3),
+            *PAGING,
+        )
+    )
+    response_example = [
+        {
+            "id": "101",
+            "address": "0x5b2e6f3f0b5c9a1d2e3f4a5b6c7d8e9f0a1b2c3d",
+            "addressTag": "",
+            "amount": "0.50000000",
+            "coin": "ETH",
+            "confirmNo": 12,
+            "insertTime": 1764000000000,
+            "network": "ETH",
+            "status": 1,
+            "txId": "0x9f1c...",
+        }
+    ]
+
+    def get(self, request):
+        p = self.params
+        sub = services.sub_account_of(master=self.account, email=p["email"])
+        start, end = window(p["startTime"], p["endTime"], span=NINETY_DAYS)
+        deposits = wallet_selectors.deposit_list(
+            user=sub,
+            coin=p["coin"],
+            tx_id=p["txId"],
+            statuses=[p["status"]] if p["status"] is not None else None,
+            start=start,
+            end=end,
+            offset=p["offset"],
+            limit=p["limit"],
+            deposit_id=p["depositId"],
+        )
+        return Response([wallet_presenters.deposit_json(deposit) for deposit in deposits])
+
+
+# --- fund collection (issue 15, item 9) ----------------------------------------------------------
+
+CLIENT_REQUEST_ID_LENGTH = 200  # spec
+REMARK_LENGTH = 255
+
+
+class FundCollectApi(SubAccountApi):
+    """Collect every sub-account's free balances, all assets, into the master: a task in status INIT
+    that a worker carries out (get-fund-record follows it). Signed like every endpoint of the family
+    (the spec lists no timestamp for it; it moves money). The key needs Enable Crypto Wallet and
+    Enable Fiat (-2019): the collection moves assets of both kinds."""
+
+    http_method_names = ["post"]
+    ip_weight = 1
+    uid_weight = 1
+    params_spec = ParamSpec(
+        (
+            Param(
+                "clientRequestId",
+                required=True,
+                max_length=CLIENT_REQUEST_ID_LENGTH,
+                description="Unique per master; a repeat is -1010.",
+            ),
+            Param("remark", max_length=REMARK_LENGTH, description="Kept with the task (the spec's LONG, as text)."),
+        )
+    )
+    response_example = {"clientRequestId": "777d3f71-4715-4150-9fd1-d13246d7e02b", "status": "INIT", "comment": ""}
+
+    def post(self, request):
+        for key_type in (ApiKeyType.CRYPTO_WALLET, ApiKeyType.FIAT):
+            self.require_key_type(key_type)
+        p = self.params
+        collection = services.fund_collection_create(
+            master=self.account, client_request_id=p["clientRequestId"], remark=p["remark"] or ""
+        )
+        return Response(presenters.collection_json(collection))
+
+
+class FundRecordApi(SubAccountApi):
+    """The master's collection tasks, oldest first (a bare array, as the spec shows)."""
+
+    http_method_names = ["get", "head"]
+    ip_weight = 1
+    uid_weight = 1
+    params_spec = ParamSpec(
+        (
+            Param("clientRequestId", max_length=CLIENT_REQUEST_ID_LENGTH),
+            Param("page", "INT", default=1, min=1),
+            Param("size", "INT", default=100, min=1, max=100),
+        )
+    )
+    response_example = [{"clientRequestId": "09533266-1fea-11f0-8ff9-2a3efdea066c", "comment": "", "status": "SUCCESS"}]
+
+    def get(self, request):
+        p = self.params
+        check_skip("page", (p["page"] - 1) * p["size"])
+        collections = selectors.fund_collection_list(
+            master=self.account, client_request_id=p["clientRequestId"], page=p["page"], size=p["size"]
+        )
+        return Response(presenters.collection_records_json(collections))

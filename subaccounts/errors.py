@@ -1,7 +1,7 @@
 """Sub-account refusals. Each subclasses the gateway error whose code and HTTP status it answers
 (exchange/api/errors.py; docs/subaccounts.md lists them)."""
 
-from exchange.api.errors import BadRequest, NoPermission, ParameterInvalid, UserNotFound
+from exchange.api.errors import BadRequest, NoPermission, ParameterInvalid, RequestRepeated, UserNotFound
 
 
 class MasterOnly(NoPermission):
@@ -40,16 +40,10 @@ class TooManySubAccounts(BadRequest):
     message = "A master account can have at most %s virtual sub-accounts."
 
 
-class UnknownAsset(ParameterInvalid):
-    """An asset code that is not an asset here: UnknownAsset(parameter name)."""
+class NoSuchAsset(ParameterInvalid):
+    """An asset code that is not an asset here: NoSuchAsset(parameter name)."""
 
     message = "Parameter '%s' is not valid: no such asset."
-
-
-class InvalidAmount(ParameterInvalid):
-    """An amount that is not positive or too precise: InvalidAmount(why)."""
-
-    message = "Parameter 'amount' is not valid: %s."
 
 
 class EmailRequired(ParameterInvalid):
@@ -74,3 +68,34 @@ class TargetMayNotReceive(NoPermission):
     """A universal transfer into a frozen or deactivated account of the family (-1152)."""
 
     message = "The target account is frozen or deactivated: it cannot receive."
+
+
+# --- API-key IP restrictions (issue 15, item 7) ---------------------------------------------------
+
+
+class SubAccountKeyNotFound(UserNotFound):
+    """An apikey that is not a key of the named sub-account: unknown, the master's own, a sibling's,
+    anyone else's (-1151, the same answer in every case: it tells the caller nothing about keys
+    outside the sub-account)."""
+
+    message = "Sub-account %s has no API key with this value."
+
+
+class InvalidIpAddress(ParameterInvalid):
+    """An ipAddress batch with a bad entry, too many addresses, or nothing to act on:
+    InvalidIpAddress(why). Nothing is changed."""
+
+    message = "Parameter 'ipAddress' is not valid: %s."
+
+
+# --- fund collection -------------------------------------------------------------------------------
+
+
+class CollectRequestRepeated(RequestRepeated):
+    """A collect while another collection task of the same master is still INIT (spec: -10324)."""
+
+
+class DuplicateClientRequestId(BadRequest):
+    """A clientRequestId the master has used for a collection before (-1010, like clientTranId)."""
+
+    message = "Duplicate clientRequestId: it was already used by this account."

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from accounts.models import User
+from accounts.models import ApiKey, ApiKeyType, User
 from accounts.selectors import AssetBalance
 from exchange.api import formatting as fmt
-from subaccounts.models import SubAccountTransfer
+from subaccounts.models import FundCollection, SubAccountTransfer
 
 
 def sub_account_json(sub: User, *, create_time_as_text: bool) -> dict:
@@ -54,3 +54,35 @@ def transfer_json(transfer: SubAccountTransfer) -> dict:
 
 def transfer_history_json(transfers: list[SubAccountTransfer], total: int) -> dict:
     return {"result": [transfer_json(t) for t in transfers], "total": total}
+
+
+# The spec's role codes of an API key's types (the IP restriction record's `role`).
+ROLE_CODES = {
+    ApiKeyType.READ_ONLY: 0,
+    ApiKeyType.SPOT: 2,  # TRADE_ONLY
+    ApiKeyType.CONVERT: 3,
+    ApiKeyType.CRYPTO_WALLET: 4,
+    ApiKeyType.FIAT: 5,
+    ApiKeyType.ACCOUNT: 6,
+}
+
+
+def ip_restriction_json(api_key: ApiKey) -> dict:
+    """The spec's Sub-account API key IP restriction record."""
+    return {
+        "apikey": api_key.key,
+        "ipList": list(api_key.ip_list),
+        "ipRestrict": api_key.ip_restrict,
+        "role": ",".join(str(code) for code in sorted({ROLE_CODES[t] for t in api_key.types if t in ROLE_CODES})),
+        "updateTime": fmt.millis(api_key.updated_at),
+    }
+
+
+def collection_json(collection: FundCollection) -> dict:
+    """The spec's Collection task: the collect call's answer."""
+    return {"clientRequestId": collection.client_request_id, "status": collection.status, "comment": collection.comment}
+
+
+def collection_records_json(collections: list[FundCollection]) -> list[dict]:
+    """get-fund-record: a bare array (the spec's shape), each in the order the spec lists its fields."""
+    return [{"clientRequestId": c.client_request_id, "comment": c.comment, "status": c.status} for c in collections]

@@ -12,7 +12,7 @@ from accounts.models import User
 from accounts.selectors import AssetBalance, balance_rows
 from exchange.api.errors import EndTimeBeforeStartTime, PeriodTooLong
 from exchange.api.timewindow import from_ms, shift
-from subaccounts.models import SubAccountTransfer
+from subaccounts.models import FundCollection, SubAccountTransfer
 
 HISTORY_SPAN = timedelta(days=30)
 
@@ -126,3 +126,15 @@ def sub_transfer_history(
     if client_tran_id is not None:
         rows = rows.filter(client_tran_id=client_tran_id)
     return _page(rows, page=page, limit=limit)
+
+
+# --- fund collection ---------------------------------------------------------------------------------
+
+
+def fund_collection_list(*, master: User, client_request_id: str | None, page: int, size: int) -> list[FundCollection]:
+    """`master`'s collection tasks, oldest first; `client_request_id` narrows to one."""
+    rows = FundCollection.objects.filter(master_id=master.pk).order_by("id")
+    if client_request_id is not None:
+        rows = rows.filter(client_request_id=client_request_id)
+    skip = (page - 1) * size
+    return list(rows[skip : skip + size])

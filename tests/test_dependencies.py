@@ -37,6 +37,7 @@ ALLOWED_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset(
         # Celery's usual pair: tasks are thin and call services; a service enqueues its task on
         # commit, importing it inside the function (wallet/tasks.py needs wallet.services at load).
         ("wallet.services", "wallet.tasks"),
+        ("subaccounts.services", "subaccounts.tasks"),  # the same pair: fund collection
     }
 )
 

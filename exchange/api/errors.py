@@ -281,6 +281,14 @@ class ApiKeyNotExist(ExchangeError):
     message = "API key does not exist."
 
 
+class RequestRepeated(ExchangeError):
+    """The same request again while the first is still waiting (the spec's collect call, -10324)."""
+
+    code = -10324
+    http_status = 400
+    message = "Request repeated."
+
+
 class ApiKeyTypeWrong(ExchangeError):
     """A key without the functional type the endpoint needs: ApiKeyTypeWrong(key_type)."""
 

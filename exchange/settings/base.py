@@ -221,7 +221,15 @@ CONVERT_PRICE_MAX_AGE_SECONDS = env.float("CONVERT_PRICE_MAX_AGE_SECONDS", defau
 CONVERT_LAST_LOOK_TOLERANCE_BPS = env.int("CONVERT_LAST_LOOK_TOLERANCE_BPS", default=50)
 # House roles split over several ledger accounts so that postings of different customers do not
 # queue on one lock (accounts/ledger/system.py). Roles not named have one account.
-HOUSE_ACCOUNT_SHARDS = {"convert_liquidity": env.int("CONVERT_LIQUIDITY_SHARDS", default=16)}
+HOUSE_ACCOUNT_SHARDS = {
+    "convert_liquidity": env.int("CONVERT_LIQUIDITY_SHARDS", default=16),
+    "world": env.int("WORLD_SHARDS", default=16),
+    "fees": env.int("FEES_SHARDS", default=16),
+}
+
+# A fund collection still INIT or PROCESSING this long after its last change is handed to a worker
+# again by the beat's sweep (a worker killed mid-task; docs/subaccounts.md, "Fund collection").
+FUND_COLLECTION_RETRY_AFTER_SECONDS = env.float("FUND_COLLECTION_RETRY_AFTER_SECONDS", default=60.0)
 
 CELERY_BEAT_SCHEDULE: dict = {
     "ledger-check": {"task": "accounts.ledger_check", "schedule": env.float("LEDGER_CHECK_SECONDS", default=3600.0)},
@@ -229,6 +237,7 @@ CELERY_BEAT_SCHEDULE: dict = {
     "chain-scan": {"task": "wallet.scan_deposits", "schedule": CHAIN_SCAN_SECONDS},
     "withdrawal-retry": {"task": "wallet.retry_stuck_withdrawals", "schedule": 30.0},
     "convert-market-tick": {"task": "convert.market_tick", "schedule": CONVERT_MARKET_TICK_SECONDS},
+    "fund-collection-retry": {"task": "subaccounts.retry_stuck_collections", "schedule": 30.0},
 }
 # In the embedded default a thread of the server runs the schedule above (exchange/scheduler.py).
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 import accounts.errors
 import convert.errors
 import exchange.api.errors
+import subaccounts.errors
 import wallet.errors
 from accounts import ledger
 from accounts import services as account_services
@@ -38,7 +39,7 @@ from wallet import services as wallet_services
 from wallet.models import Transfer
 from wallet.transfers import services as transfer_services
 
-ERROR_MODULES = (exchange.api.errors, accounts.errors, wallet.errors, convert.errors)
+ERROR_MODULES = (exchange.api.errors, accounts.errors, wallet.errors, convert.errors, subaccounts.errors)
 # 200 only for the convert envelope (its status says how it went); everything else a 4xx or 5xx.
 VALID_STATUSES = {400, 401, 404, 405, 418, 429, 500, 503}
 
@@ -85,7 +86,7 @@ def test_codes_statuses_and_messages():
 
 
 def test_no_factory_functions_are_left():
-    for module in (accounts.errors, wallet.errors, convert.errors):
+    for module in (accounts.errors, wallet.errors, convert.errors, subaccounts.errors):
         functions = [name for name, value in vars(module).items() if inspect.isfunction(value)]
         assert functions == [], module.__name__
     assert not hasattr(exchange.api.errors, "error_response")
