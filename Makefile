@@ -24,14 +24,14 @@ $(DEV_STAMP): requirements.txt requirements-dev.txt | $(PY)
 
 ## make run: serve HTTP and websocket on 127.0.0.1:$(PORT) with the demo world loaded.
 ## Embedded (SQLite, in-memory layers, tasks in-process) unless DATABASE_URL and REDIS_URL are set,
-## then PostgreSQL, Redis and Celery worker + beat (Procfile, run by honcho).
+## then the production topology (exchange/stack.py): nginx on $(PORT) in front of granian (REST) and
+## Daphne (websocket), a Celery worker and beat, PostgreSQL and Redis; nginx is installed when missing.
 run: $(RUN_STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py collectstatic --noinput -v 0
 	$(PY) manage.py demo
 	@if [ -n "$$DATABASE_URL" ] && [ -n "$$REDIS_URL" ]; then \
-		echo "Full stack on 127.0.0.1:$(PORT): PostgreSQL, Redis, Celery worker and beat"; \
-		PORT=$(PORT) exec $(VENV)/bin/honcho -f Procfile start; \
+		PORT=$(PORT) exec $(PY) -m exchange.stack; \
 	else \
 		echo "Embedded on 127.0.0.1:$(PORT): SQLite (var/), in-memory channel layer, tasks in-process"; \
 		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) --ping-interval 20 --ping-timeout 30 exchange.asgi:application; \

@@ -268,17 +268,114 @@ def load_bench(name: str):
     return module
 
 
-def procfile_command(name: str, **options: str) -> list[str]:
-    """The command line `make run` starts for the Procfile's entry `name` (the full stack), with the
-    values of the given `--option`s replaced (e.g. schedule=<a temporary file> for beat)."""
-    import shlex
+def stack_command(name: str, **options: str) -> list[str]:
+    """The command line `make run` starts for the full stack's program `name` (exchange/stack.py:
+    "worker", "beat", "rest", "ws"), with the values of the given `--option`s replaced (e.g.
+    schedule=<a temporary file> for beat)."""
+    sys.path.insert(0, str(ROOT))
+    from exchange.stack import Layout, programs
 
-    for line in (ROOT / "Procfile").read_text().splitlines():
-        if line.startswith(f"{name}:"):
-            args = shlex.split(line.split(":", 1)[1])
+    layout = Layout.from_env({}, port=8000, run_dir=Path(tempfile.gettempdir()))
+    for program in programs(layout, nginx="nginx"):
+        if program.name == name:
+            args = list(program.args)
             break
     else:
-        raise RuntimeError(f"no {name!r} entry in the Procfile")
+        raise RuntimeError(f"no program {name!r} in exchange/stack.py")
     for option, value in options.items():
         args[args.index(f"--{option}") + 1] = value
     return args
+
+
+class Running(NamedTuple):
+    pid: int  # `make run` (its process tree is the whole stack)
+    port: int  # nginx: REST and websocket
+    log: Path  # what `make run` printed
+    run_dir: Path  # the stack's files (nginx.conf, access.log)
+    env: dict[str, str]
+
+
+def fresh_database(env: dict[str, str]) -> None:
+    """Drop and create the database of env's DATABASE_URL and empty its Redis database (no migrate)."""
+    url = env["DATABASE_URL"]
+    name = url.rsplit("/", 1)[1]
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    import psycopg
+    import redis
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    client = redis.from_url(env["REDIS_URL"])
+    client.flushdb()
+    client.set("LIMITS:exchange/replay-memory-epoch", 0)
+
+
+@contextlib.contextmanager
+def make_run(env: dict[str, str], port: int | None = None, timeout: float = 300):
+    """The stack exactly as a user starts it: `make run PORT=port` with DATABASE_URL and REDIS_URL
+    set (migrate, collectstatic, the demo world, then exchange/stack.py: nginx, granian, Daphne,
+    Celery worker and beat), on a fresh database; stopped (SIGTERM, as Ctrl-C) at the end."""
+    sys.path.insert(0, str(ROOT))
+    from exchange.stack import Layout
+
+    port = port or _free_block()
+    run_dir = Path(tempfile.mkdtemp(prefix="bench-stack-"))
+    env = {**env, "PORT": str(port), "STACK_RUN_DIR": str(run_dir)}
+    fresh_database(env)
+    log = run_dir / "make-run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "run", f"PORT={port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    layout = Layout.from_env(env, port=port, run_dir=run_dir)
+    try:
+        deadline = time.time() + timeout
+        while "Full stack on" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"make run did not start the stack:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.2)
+        yield Running(proc.pid, port, log, run_dir, env)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        # The supervisor stops its programs (own sessions) before it exits; wait for the ports.
+        deadline = time.time() + 40
+        ports = [layout.port, layout.rest_port, *layout.ws_ports]
+        while time.time() < deadline and not all(_port_free(p) for p in ports):
+            time.sleep(0.2)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_block(size: int = 4) -> int:
+    """A port whose next `size - 1` are free too (nginx, REST, websocket)."""
+    for _ in range(200):
+        port = free_port()
+        if port + size < 65535 and all(_port_free(port + i) for i in range(size)):
+            return port
+    raise RuntimeError("no block of free ports")
+
+
+def demo_keys(env: dict[str, str]) -> dict:
+    """The demo world's accounts and keys (`manage.py demo --json`; idempotent)."""
+    import json
+
+    return json.loads(manage(env, "demo", "--json"))

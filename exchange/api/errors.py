@@ -14,6 +14,8 @@ import logging
 from typing import ClassVar
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import InterfaceError as DatabaseInterfaceError
+from django.db import OperationalError as DatabaseOperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -58,7 +60,8 @@ class UnknownError(ExchangeError):
 
 
 class Disconnected(ExchangeError):
-    """A dependency (Redis: limits, replays, listenKeys) is unreachable; nothing was executed."""
+    """A dependency (the database; Redis: limits, replays, listenKeys) is unreachable or busy beyond its
+    timeout; nothing was executed (a connection lost during COMMIT: unknown, a client id makes a retry safe)."""
 
     code = -1001
     http_status = 503
@@ -396,6 +399,12 @@ def _translate(exc: Exception, method: str) -> ExchangeError:
         return TooManyRequests("?", "minute")
     if isinstance(exc, drf_exceptions.APIException) and 400 <= exc.status_code < 500:
         return BadRequest(msg=str(exc.detail))
+    if isinstance(exc, DatabaseOperationalError | DatabaseInterfaceError):
+        # The database is away (restarting, unreachable, every pooled connection busy beyond
+        # DB_POOL_TIMEOUT) or the connection broke: the transaction did not commit, or (a connection
+        # lost during COMMIT) its outcome is unknown; a retry with the same client id is safe.
+        logger.warning("Database unavailable while handling a request: %s", str(exc).strip()[:300])
+        return Disconnected()
     logger.exception("Unexpected error while handling a request", exc_info=exc)
     return UnknownError()
 

@@ -40,8 +40,10 @@ LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
 LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
 STREAM_MAX_STREAMS_PER_CONNECTION = 1024
 # Websocket bounds (docs/streams.md): connections per listenKey and per client IP (across every
-# server process), client messages per second per connection, longest client message.
-STREAM_MAX_CONNECTIONS_PER_KEY = env.int("STREAM_MAX_CONNECTIONS_PER_KEY", default=20)
+# server process), client messages per second per connection, longest client message. A server
+# process shares each account's events among its connections (one copy from Redis, frames built
+# once), so many connections on one listenKey cost little more than one.
+STREAM_MAX_CONNECTIONS_PER_KEY = env.int("STREAM_MAX_CONNECTIONS_PER_KEY", default=64)
 STREAM_MAX_CONNECTIONS_PER_IP = env.int("STREAM_MAX_CONNECTIONS_PER_IP", default=100)
 STREAM_MESSAGES_PER_SECOND = env.float("STREAM_MESSAGES_PER_SECOND", default=5.0)
 STREAM_MAX_MESSAGE_CHARS = env.int("STREAM_MAX_MESSAGE_CHARS", default=100_000)
@@ -54,6 +56,12 @@ STREAM_KEY_CHECK_SECONDS = env.float("STREAM_KEY_CHECK_SECONDS", default=5.0)
 STREAM_SWEEP_SECONDS = env.float("STREAM_SWEEP_SECONDS", default=0.25)
 STREAM_SWEEP_GRACE_SECONDS = env.float("STREAM_SWEEP_GRACE_SECONDS", default=0.2)
 STREAM_SWEEPER_ENABLED = env.bool("STREAM_SWEEPER_ENABLED", default=True)
+# Events of one account committed by several processes may arrive out of sequence: a server process
+# waits this long for the missing ones before it reads them from the database (a real gap).
+STREAM_GAP_WAIT_SECONDS = env.float("STREAM_GAP_WAIT_SECONDS", default=0.2)
+# Frames waiting to be sent to one connection; a connection that falls this far behind is closed
+# (4006) so that it reconnects and resyncs instead of lagging without bound.
+STREAM_MAX_PENDING_FRAMES = env.int("STREAM_MAX_PENDING_FRAMES", default=2000)
 # How long a process may use its cached copy of an account's API keys when the Redis invalidation
 # message is lost (accounts/keyring.py); changes made through the ORM evict at once.
 API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)
@@ -122,10 +130,34 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"transaction_mode": "IMMEDIATE", "timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"}
     )
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
-    # Off by default: a `SELECT 1` round trip on every request that reuses a connection. Without it
-    # a restarted database costs one failed request per pooled connection (docs/operations.md).
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_HEALTH_CHECKS", default=False)
+    # A bounded pool of connections per process (psycopg_pool through Django's `pool` option;
+    # docs/operations.md, "Database connections"): at most DB_POOL_MAX_SIZE, so that the sum over
+    # every process stays under PostgreSQL's max_connections at any load. A thread borrows one for a
+    # request (or a task, or a websocket's query) and gives it back at the end; one that cannot get a
+    # connection within DB_POOL_TIMEOUT seconds fails the request with -1001 (HTTP 503), never a 500.
+    # DB_POOL=false: one connection per thread kept CONN_MAX_AGE seconds (Django's classic way).
+    if env.bool("DB_POOL", default=True):
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them
+        pool = {
+            "min_size": env.int("DB_POOL_MIN_SIZE", default=1),
+            "max_size": env.int("DB_POOL_MAX_SIZE", default=8),
+            "timeout": env.float("DB_POOL_TIMEOUT", default=5.0),
+            "max_idle": env.float("DB_POOL_MAX_IDLE", default=300.0),
+            "max_lifetime": env.float("DB_POOL_MAX_LIFETIME", default=3600.0),
+            # A broken connection (the database restarted) is found by the pool's background check
+            # only when returned; with DB_HEALTH_CHECKS each borrow is checked first (one round trip).
+            "reconnect_timeout": env.float("DB_POOL_RECONNECT_TIMEOUT", default=300.0),
+        }
+        if env.bool("DB_HEALTH_CHECKS", default=False):
+            from psycopg_pool import ConnectionPool
+
+            pool["check"] = ConnectionPool.check_connection
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = pool
+    else:
+        DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+        # Off by default: a `SELECT 1` round trip on every request that reuses a connection. Without
+        # it a restarted database costs one failed request per kept connection (docs/operations.md).
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_HEALTH_CHECKS", default=False)
     # The ledger's hot statements are prepared (parsed and planned once per connection); Django's
     # own queries bind client-side and are never prepared. Off behind a transaction-mode pooler that
     # cannot keep prepared statements (DB_PREPARED_STATEMENTS=false; docs/operations.md).

@@ -23,19 +23,23 @@ def test_bad_signature_refused(signed_client):
     assert_error(signed_client.get("/openapi/v1/api-keys", signature="0" * 64), -1022, 401)
 
 
-@pytest.mark.parametrize(("value", "expected"), [(None, False), ("false", False), ("true", True)])
-def test_db_health_checks_come_from_the_environment(value, expected):
-    """DB_HEALTH_CHECKS (default off) sets Django's per-request connection check on PostgreSQL."""
+def _database_settings(**environ: str) -> dict:
+    """settings.base's DATABASES['default'] for PostgreSQL under the given environment."""
+    import json
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    env = {k: v for k, v in os.environ.items() if k != "DB_HEALTH_CHECKS"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "CONN_"))}
     env.update(DATABASE_URL="postgres://u:p@127.0.0.1:5432/db", DJANGO_SETTINGS_MODULE="exchange.settings.base")
-    if value is not None:
-        env["DB_HEALTH_CHECKS"] = value
-    code = "from exchange.settings import base; print(base.DATABASES['default']['CONN_HEALTH_CHECKS'])"
+    env.update(environ)
+    code = (
+        "import json; from exchange.settings import base; d = base.DATABASES['default']; "
+        "pool = d.get('OPTIONS', {}).get('pool'); "
+        "print(json.dumps({'conn_max_age': d['CONN_MAX_AGE'], 'health': d.get('CONN_HEALTH_CHECKS'), "
+        "'pool': pool and {k: (v if not callable(v) else v.__name__) for k, v in pool.items()}}))"
+    )
     out = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
         [sys.executable, "-c", code],
         env=env,
@@ -44,4 +48,29 @@ def test_db_health_checks_come_from_the_environment(value, expected):
         text=True,
         check=True,
     ).stdout
-    assert out.strip() == str(expected)
+    return json.loads(out)
+
+
+def test_postgresql_connections_are_pooled_and_bounded_by_default():
+    """Each process borrows from a pool of at most DB_POOL_MAX_SIZE connections (docs/operations.md),
+    and Django keeps none of its own (CONN_MAX_AGE 0: a request's connection goes back to the pool)."""
+    default = _database_settings()
+    assert default["conn_max_age"] == 0
+    assert default["pool"]["max_size"] == 8
+    assert default["pool"]["timeout"] == 5.0
+    assert "check" not in default["pool"]
+    sized = _database_settings(DB_POOL_MAX_SIZE="3", DB_POOL_MIN_SIZE="0", DB_POOL_TIMEOUT="0.5")
+    assert (sized["pool"]["max_size"], sized["pool"]["min_size"], sized["pool"]["timeout"]) == (3, 0, 0.5)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, False), ("false", False), ("true", True)])
+def test_db_health_checks_come_from_the_environment(value, expected):
+    """DB_HEALTH_CHECKS (default off): with the pool, each borrowed connection is checked first;
+    without it (DB_POOL=false), Django's per-request connection check."""
+    extra = {} if value is None else {"DB_HEALTH_CHECKS": value}
+    pooled = _database_settings(**extra)
+    assert ("check" in pooled["pool"]) is expected
+    classic = _database_settings(DB_POOL="false", **extra)
+    assert classic["pool"] is None
+    assert classic["health"] is expected
+    assert classic["conn_max_age"] == 60
