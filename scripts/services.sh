@@ -20,6 +20,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# nginx: the full stack's front (exchange/stack.py; the fault tests start that stack). Installed, not
+# started: a policy-rc.d keeps the package from starting its own server on port 80.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  echo "Installing nginx-light from Debian packages" >&2
+  added_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod 755 /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
+  [ ${#missing[@]} -gt 0 ] || as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+  [ -z "$added_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
+fi
+
 # PostgreSQL: the first cluster of the newest installed version.
 version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
 cluster=$(pg_lsclusters -h 2>/dev/null | awk -v v="$version" '$1 == v {print $2; exit}')
