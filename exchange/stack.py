@@ -9,8 +9,8 @@ REDIS_URL set, or `python -m exchange.stack`), and by the benchmarks and the fau
   `STACK_REST_THREADS` blocking threads; the websocket on `STACK_WS_PROCESSES` Daphne processes
   (one port each, nginx spreads connections over them); one Celery worker
   (`STACK_CELERY_CONCURRENCY` processes) and one beat.
-- Every process has a bounded pool of PostgreSQL connections (DB_POOL_MAX_SIZE, set here per kind
-  of process); `connection_budget()` is the most the stack can open, printed at start and checked
+- Every web process has a bounded pool of PostgreSQL connections (DB_POOL_MAX_SIZE, set here per
+  kind of process); a Celery process keeps one connection per thread (its task's and its publisher's); `connection_budget()` is the most the stack can open, printed at start and checked
   against the server's max_connections (docs/operations.md, "Database connections").
 - nginx overwrites X-Forwarded-For with its peer's address and the backends trust 127.0.0.1
   (TRUSTED_PROXIES), so limits and API-key IP lists see the client's address; nginx's access log is
@@ -263,12 +263,16 @@ def programs(layout: Layout, *, nginx: str | None = None) -> list[Program]:
             "--without-gossip",
             "--without-mingle",
         ],
-        {"DB_POOL_MAX_SIZE": str(POOL_CELERY), "DB_POOL_MIN_SIZE": "0"},
+        # No pool in the worker: Celery's Django fix-up closes the pool around every task in a prefork
+        # child (celery/fixups/django.py, close_pool), which would reconnect per task and pull the pool
+        # from under the relay's publisher thread. One connection per thread kept instead: the task's
+        # and the publisher's, POOL_CELERY per pool process.
+        {"DB_POOL": "false"},
     )
     beat = Program(
         "beat",
         [str(bin_ / "celery"), "-A", "exchange", "beat", "--loglevel", "warning", "--schedule", str(run / "beat")],
-        {"DB_POOL_MAX_SIZE": str(POOL_BEAT), "DB_POOL_MIN_SIZE": "0"},
+        {"DB_POOL": "false"},
     )
     front = Program(
         "nginx",
