@@ -44,7 +44,7 @@ CLOSE_MESSAGE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
 
 # Defaults of the settings (exchange/settings/base.py, docs/streams.md), for settings modules without them.
-MAX_CONNECTIONS_PER_KEY = 20
+MAX_CONNECTIONS_PER_KEY = 64
 MAX_CONNECTIONS_PER_IP = 100
 MAX_MESSAGE_CHARS = 100_000  # a SUBSCRIBE of 1024 listenKeys takes about 66,000
 MESSAGES_PER_SECOND = 5.0
