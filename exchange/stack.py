@@ -10,7 +10,8 @@ REDIS_URL set, or `python -m exchange.stack`), and by the benchmarks and the fau
   (one port each, nginx spreads connections over them); one Celery worker
   (`STACK_CELERY_CONCURRENCY` processes) and one beat.
 - Every web process has a bounded pool of PostgreSQL connections (DB_POOL_MAX_SIZE, set here per
-  kind of process); a Celery process keeps one connection per thread (its task's and its publisher's); `connection_budget()` is the most the stack can open, printed at start and checked
+  kind of process); a Celery process keeps one connection per thread (its task's and its
+  publisher's); `connection_budget()` is the most the stack can open, printed at start and checked
   against the server's max_connections (docs/operations.md, "Database connections").
 - nginx overwrites X-Forwarded-For with its peer's address and the backends trust 127.0.0.1
   (TRUSTED_PROXIES), so limits and API-key IP lists see the client's address; nginx's access log is
