@@ -174,6 +174,14 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         try:
             await self._add_key(self.primary, account)
             await self.accept()
+        except STORE_ERRORS:
+            # Redis went away between the admission and joining the groups: refused cleanly (1011,
+            # a 403 to the client), never an exception that Daphne answers with HTTP 500.
+            logger.warning("Channel layer unavailable while a websocket connected; refused")
+            self.lease = None
+            await _release(lease)
+            await self.close(code=CLOSE_SERVER_ERROR)
+            return
         except BaseException:
             self.lease = None
             await _release(lease)
