@@ -268,6 +268,14 @@ def load_bench(name: str):
     return module
 
 
+def stack_module():
+    """exchange/stack.py, what `make run` runs for the full stack."""
+    sys.path.insert(0, str(ROOT))
+    import exchange.stack
+
+    return exchange.stack
+
+
 def stack_command(name: str, **options: str) -> list[str]:
     """The command line `make run` starts for the full stack's program `name` (exchange/stack.py:
     "worker", "beat", "rest", "ws"), with the values of the given `--option`s replaced (e.g.

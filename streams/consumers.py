@@ -7,6 +7,12 @@ closes when its first key expires or is closed, and after 24 hours; a further ke
 dropped from the connection. Daphne pings idle clients and drops those that do not answer
 (--ping-interval / --ping-timeout).
 
+Events come from the process's hub (hub.py), which receives each account's messages once for all
+the process's connections, keeps their order and builds their frames; a connection keeps an outbox
+of frames that its own sender task writes out. A connection whose outbox holds more than
+STREAM_MAX_PENDING_FRAMES frames is closed (4006: too slow, reconnect and resync) rather than
+falling behind without bound, and the others on the account go on.
+
 Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on one listenKey and
 STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
 STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond); at most
@@ -19,18 +25,18 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from accounts.models import User
 from exchange.api.errors import BadRequest, Disconnected, ListenKeyExpired, TooManyOrders, TooManyRequests
 from exchange.api.middleware import client_ip
 from streams import relay, watcher
-from streams.events import build_events
+from streams.hub import Listener, hub_for, read_accounts
 from streams.selectors import listen_key_owners
-from streams.services import STORE_ERRORS, key_group
+from streams.services import STORE_ERRORS
 from streams.store import OVER_KEY_CAP, Lease, connection_lease_seconds, store
 
 logger = logging.getLogger(__name__)
@@ -40,6 +46,7 @@ CLOSE_MAX_AGE = 4002
 CLOSE_TOO_MANY_ON_KEY = 4003
 CLOSE_TOO_MANY_FROM_IP = 4004
 CLOSE_TOO_MANY_MESSAGES = 4005
+CLOSE_TOO_SLOW = 4006
 CLOSE_MESSAGE_TOO_BIG = 1009
 CLOSE_SERVER_ERROR = 1011
 
@@ -48,6 +55,9 @@ MAX_CONNECTIONS_PER_KEY = 64
 MAX_CONNECTIONS_PER_IP = 100
 MAX_MESSAGE_CHARS = 100_000  # a SUBSCRIBE of 1024 listenKeys takes about 66,000
 MESSAGES_PER_SECOND = 5.0
+MAX_PENDING_FRAMES = 2000
+# Frames a sender task writes before it lets the event loop's other work in.
+SEND_SLICE = 256
 # Messages refused for the rate without a quiet second between them, before the connection closes.
 REFUSALS_BEFORE_CLOSE = 10
 
@@ -119,42 +129,28 @@ def _release(lease: Lease) -> None:
 
 
 @database_sync_to_async
-def _stream_accounts(account_id: int) -> dict[int, int]:
-    """The accounts whose events a key of `account_id` carries (itself, and its sub-accounts when it
-    is a whitelisted master), with their current sequence: events up to it are history."""
-    accounts = [account_id]
-    if User.objects.filter(pk=account_id, is_whitelisted_master=True).exists():
-        accounts += list(User.objects.filter(master_id=account_id).values_list("pk", flat=True))
-    seqs = relay.current_seqs(accounts)
-    return {account: seqs.get(account, 0) for account in accounts}
-
-
-def _whitelisted_master_of(account_id: int) -> int | None:
-    return (
-        User.objects.filter(pk=account_id, master__is_whitelisted_master=True)
-        .values_list("master_id", flat=True)
-        .first()
-    )
-
-
-def _email(account_id: int) -> str:
-    return User.objects.filter(pk=account_id).values_list("email", flat=True).first() or ""
+def _read_accounts(account_ids: list[int]):
+    """The accounts whose events the keys of `account_ids` carry (themselves, and the sub-accounts
+    of whitelisted masters among them), with their current sequence: events up to it are history."""
+    return read_accounts(account_ids)
 
 
 class UserDataConsumer(AsyncJsonWebsocketConsumer):
     lease: Lease | None = None  # counted in the caps while set
+    listener: Listener | None = None  # registered with the hub while set
     closing = False
 
     async def connect(self) -> None:
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
-        self.keys: dict[str, int] = {}  # listenKey -> account
-        self.last_seq: dict[int, int] = {}  # account whose events we pass on -> last sequence sent
-        self.owner_of: dict[int, int] = {}  # account whose events we pass on -> own account that brought it
         self.tasks: list[asyncio.Task] = []
-        self.lock = asyncio.Lock()
+        self.outbox: deque[str] = deque()
+        self.wake = asyncio.Event()
         self.bucket = TokenBucket(_setting("STREAM_MESSAGES_PER_SECOND", MESSAGES_PER_SECOND))
         self.refusals = 0
         self.refused_at = 0.0
+        self.hub = hub_for(self.channel_layer)
+        self.listener = Listener(push=self._push, key_closed=self._key_closed, failed=self._failed)
+        self.keys = self.listener.keys  # listenKey -> account, kept by the hub
         lease = Lease(connection=self.channel_name, key=self.primary, ip=scope_client_ip(self.scope))
         # Refusals come before the handshake completes (a client sees HTTP 403; the code is ours).
         try:
@@ -172,7 +168,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             return
         self.lease = lease
         try:
-            await self._add_key(self.primary, account)
+            await self._add_keys({self.primary: account})
             await self.accept()
         except STORE_ERRORS:
             # Redis went away between the admission and joining the groups: refused cleanly (1011,
@@ -187,45 +183,37 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             await _release(lease)
             raise
         relay.ensure_relay()
-        watcher.watch(self)  # key expiry, catch-up and the lease, with the process's other connections
-        self.tasks = [asyncio.create_task(self._max_age())]
+        watcher.watch(self)  # key expiry and the lease, with the process's other connections
+        self.tasks = [asyncio.create_task(self._max_age()), asyncio.create_task(self._send_frames())]
 
     async def disconnect(self, code) -> None:
         watcher.unwatch(self)
-        for task in getattr(self, "tasks", []):
+        for task in getattr(self, "tasks", ()):
             task.cancel()
-        for key in list(getattr(self, "keys", {})):
-            await self._drop_key(key)
+        if self.listener is not None:
+            self.hub.drop_all(self.listener)
+            await self.hub.settle()
         lease, self.lease = self.lease, None
         if lease is not None:
             await _release(lease)
 
     # --- streams -----------------------------------------------------------------------------
 
-    def _account_refs(self, account: int) -> int:
-        return sum(1 for owner in self.keys.values() if owner == account)
-
-    async def _add_key(self, key: str, account: int) -> None:
-        first_of_account = self._account_refs(account) == 0
-        self.keys[key] = account
-        await self.channel_layer.group_add(key_group(key), self.channel_name)
-        if first_of_account:
-            await self.channel_layer.group_add(relay.account_group(account), self.channel_name)
-            for watched, seq in (await _stream_accounts(account)).items():
-                # From now on: what happened before (or while unsubscribed) is history.
-                self.last_seq[watched] = seq
-                self.owner_of[watched] = account
+    async def _add_keys(self, owners: dict[str, int]) -> None:
+        """Listen to more keys: register them with the hub, wait until it is in their groups, then
+        read their accounts' sequences (what happened up to them is history) and start there."""
+        groups, accounts = self.hub.add_keys(self.listener, owners)
+        try:
+            await self.hub.joined(groups)
+            if accounts:
+                self.hub.start(self.listener, await _read_accounts(accounts))
+        except BaseException:
+            for key in owners:
+                self.hub.drop_key(self.listener, key)
+            raise
 
     async def _drop_key(self, key: str) -> None:
-        account = self.keys.pop(key, None)
-        if account is None:
-            return
-        await self.channel_layer.group_discard(key_group(key), self.channel_name)
-        if self._account_refs(account) == 0:
-            await self.channel_layer.group_discard(relay.account_group(account), self.channel_name)
-            for watched in [w for w, owner in self.owner_of.items() if owner == account]:
-                del self.owner_of[watched]
-                self.last_seq.pop(watched, None)
+        self.hub.drop_key(self.listener, key)
 
     async def receive_json(self, content, **kwargs) -> None:
         request_id = content.get("id") if isinstance(content, dict) else None
@@ -266,8 +254,8 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         if dead:
             await self._error(request_id, ListenKeyExpired.code, f"This listenKey does not exist: {dead[0]}")
             return
-        for key, owner in owners.items():
-            await self._add_key(key, owner)
+        if owners and not self.closing:
+            await self._add_keys(owners)
         await self.send_json({"result": None, "id": request_id})
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
@@ -300,14 +288,63 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     async def _error(self, request_id, code: int, msg: str) -> None:
         await self.send_json({"error": {"code": code, "msg": msg}, "id": request_id})
 
-    # --- lifetime ------------------------------------------------------------------------------
+    # --- events: the hub's frames, through the outbox ------------------------------------------
 
-    async def catch_up(self, account: int, seq: int) -> None:
-        """Backstop for messages the channel layer dropped (a full channel): the watcher saw the
-        account's sequence at `seq`, beyond what we sent; read the rest from the change feed."""
-        last = self.last_seq.get(account)
-        if last is not None and seq > last:
-            await self.ledger_changes({"account": account, "rows": [], "email": None, "catch_up_to": seq})
+    def _push(self, frames: list[str]) -> None:
+        """The hub hands over a posting's frames (it never waits for a connection)."""
+        if self.closing:
+            return
+        if len(self.outbox) + len(frames) > _setting("STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES):
+            logger.warning(
+                "Closing a stream that fell %s frames behind (4006, too slow); its key %s…",
+                len(self.outbox),
+                self.primary[:12],
+            )
+            self.hub.drop_all(self.listener)  # nothing more for it; the others go on
+            self._spawn(self._shut(CLOSE_TOO_SLOW, flush=False))
+            return
+        self.outbox.extend(frames)
+        self.wake.set()
+
+    async def _send_frames(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            sent = 0
+            while self.outbox:
+                frame = self.outbox.popleft()
+                with contextlib.suppress(Exception):
+                    await self._send_frame(frame)
+                sent += 1
+                if sent % SEND_SLICE == 0:
+                    await asyncio.sleep(0)
+
+    async def _send_frame(self, frame: str) -> None:
+        await self.send(text_data=frame)
+
+    def _key_closed(self, key: str, message: dict) -> None:
+        """The hub received the key's close and has already detached it (so nothing sent after the
+        close reaches this connection through it); the connection closes or drops the key."""
+        if key == self.primary:
+            self.hub.drop_all(self.listener)
+        else:
+            self.hub.drop_key(self.listener, key)
+        self._spawn(self.listenkey_closed(message))
+
+    def _failed(self) -> None:
+        self.hub.drop_all(self.listener)
+        self._spawn(self._shut(CLOSE_SERVER_ERROR))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self.tasks.append(task)
+        task.add_done_callback(self._forget_task)
+
+    def _forget_task(self, task: asyncio.Task) -> None:
+        with contextlib.suppress(ValueError):
+            self.tasks.remove(task)
+
+    # --- lifetime ------------------------------------------------------------------------------
 
     async def _max_age(self) -> None:
         await asyncio.sleep(settings.STREAM_MAX_CONNECTION_SECONDS)
@@ -319,48 +356,23 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         else:
             await self._drop_key(key)
 
-    async def _shut(self, code: int) -> None:
-        """Close once: no further close frames or messages while the client's close handshake runs."""
+    async def _shut(self, code: int, *, flush: bool = True) -> None:
+        """Close once: no further close frames or messages while the client's close handshake
+        runs. The frames already queued go first (not for a connection too slow to take them)."""
         if self.closing:
             return
         self.closing = True
         watcher.unwatch(self)
-        await self.close(code=code)
+        self.hub.drop_all(self.listener)
+        current = asyncio.current_task()
         for task in self.tasks:
-            if task is not asyncio.current_task():
+            if task is not current:
                 task.cancel()
+        while flush and self.outbox:
+            with contextlib.suppress(Exception):
+                await self._send_frame(self.outbox.popleft())
+        self.outbox.clear()
+        await self.close(code=code)
 
     async def listenkey_closed(self, event) -> None:
         await self.key_dead(event["key"])
-
-    # --- events --------------------------------------------------------------------------------
-
-    async def ledger_changes(self, message) -> None:
-        if self.closing:
-            return
-        account = message["account"]
-        async with self.lock:  # one message at a time, so the sequence check holds
-            rows = message["rows"]
-            owner = self.owner_of.get(account)
-            if owner is None:
-                own = set(self.keys.values())
-                master = await database_sync_to_async(_whitelisted_master_of)(account)
-                if master not in own or not rows:
-                    return  # no longer (or never) ours: a key closed while this was in flight
-                owner = self.owner_of[account] = master  # a sub-account created after we connected
-                self.last_seq[account] = rows[0]["seq"] - 1
-            email = None if owner == account else (message["email"] or await database_sync_to_async(_email)(account))
-            last = self.last_seq[account]
-            fresh = [row for row in rows if row["seq"] > last]
-            upto = fresh[-1]["seq"] if fresh else message.get("catch_up_to", last)
-            if upto - last > len(fresh):
-                # Some rows up to `upto` never reached us, before these or between them (a batch
-                # holds the postings handed to the publisher so far, and a concurrent posting's
-                # earlier sequence may come in the next batch): read them all from the database.
-                fresh = await database_sync_to_async(relay.rows_between)(account, last + 1, upto)
-            if not fresh:
-                return
-            self.last_seq[account] = fresh[-1]["seq"]
-            for event in build_events(fresh, email=email):
-                with contextlib.suppress(Exception):
-                    await self.send_json(event)

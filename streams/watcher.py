@@ -1,10 +1,11 @@
 """One watcher per server event loop for all its websocket connections: every
-STREAM_KEY_CHECK_SECONDS it looks up every connection's listenKeys (one MGET) and every watched
-account's current sequence (one query), in one hop to a thread, then tells each connection what
-concerns it: a key that died (the connection closes, or drops a further key) or changes committed
-beyond what it sent (it catches up from the change feed; the backstop for messages the channel
-layer dropped). In the same hop, every third of a lease, it renews the leases that count the
-process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
+STREAM_KEY_CHECK_SECONDS it looks up every connection's listenKeys (one MGET) and the current
+sequence of every account the process's hub follows (one query), in one hop to a thread, then tells
+each connection whose key died (it closes, or drops a further key) and the hub which accounts have
+changes committed beyond what it dispatched (it catches each up from the change feed once for all
+the process's connections: the backstop for messages the channel layer dropped). In the same hop,
+every third of a lease, it renews the leases that count the process's connections in the
+per-listenKey and per-IP caps (one pipeline, store.py).
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from streams import relay
+from streams import hub, relay
 from streams.store import Lease, connection_lease_seconds, store
 
 if TYPE_CHECKING:
@@ -89,36 +90,33 @@ class KeyWatcher:
     async def check(self) -> None:
         consumers = list(self.consumers)
         keys = sorted({key for consumer in consumers for key in consumer.keys})
-        accounts = sorted({account for consumer in consumers for account in consumer.last_seq})
-        if not keys:
+        hubs = hub.hubs()
+        accounts = sorted({account for each in hubs for account in each.followed()})
+        if not keys and not accounts:
             return
         leases = None
         if time.monotonic() - self.renewed_at >= connection_lease_seconds() / 3:
             leases = [consumer.lease for consumer in consumers if consumer.lease is not None]
             self.renewed_at = time.monotonic()
         owners, seqs = await database_sync_to_async(_renew_and_look_up)(leases, keys, accounts)
+        for each in hubs:
+            each.catch_up(seqs)
+            each.maintain()
         for consumer in consumers:
             running = self.visits.get(consumer)
             if consumer not in self.consumers or (running is not None and not running.done()):
                 continue  # gone meanwhile, or still busy with the last visit (a slow consumer)
             dead = [key for key in consumer.keys if key in owners and owners[key] is None]
-            behind = {
-                account: seqs[account]
-                for account, last in consumer.last_seq.items()
-                if account in seqs and seqs[account] > last
-            }
-            if dead or behind:
-                self.visits[consumer] = self.loop.create_task(self._visit(consumer, dead, behind))
+            if dead:
+                self.visits[consumer] = self.loop.create_task(self._visit(consumer, dead))
 
-    async def _visit(self, consumer: UserDataConsumer, dead: list[str], behind: dict[int, int]) -> None:
+    async def _visit(self, consumer: UserDataConsumer, dead: list[str]) -> None:
         try:
             if consumer.primary in dead:
                 await consumer.key_dead(consumer.primary)
                 return
             for key in dead:
                 await consumer.key_dead(key)
-            for account, seq in behind.items():
-                await consumer.catch_up(account, seq)
         except asyncio.CancelledError:
             raise
         except Exception:

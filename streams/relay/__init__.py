@@ -7,11 +7,13 @@
 - Sweeper (`sweeper`): an asyncio task in each server process publishes rows still unpublished
   after STREAM_SWEEP_GRACE_SECONDS (a process that crashed between commit and publish, or another
   process in the embedded default).
-- The change feed (`feed`): the messages both send, the rows a consumer fills a gap with, the rows
-  nobody published, and the marks.
-- Order: every row carries its per-account sequence; a consumer drops what it has already sent and
-  fills any gap (before a message's rows or between them) from the database before going on, so
-  duplicates and reordering between batches and between the two paths never reach a client.
+- The change feed (`feed`): the messages both send, the rows a server's hub fills a gap with, the
+  rows nobody published, and the marks.
+- Order: every row carries its per-account sequence; each server process's hub (streams/hub.py)
+  drops what it has already dispatched, holds rows that arrive ahead of a missing one for
+  STREAM_GAP_WAIT_SECONDS (another process's publisher may be sending it) and reads from the
+  database only what has not come by then, so duplicates and reordering between batches, between
+  publishers and between the two paths never reach a client.
 """
 
 from streams.relay.fast_path import Publisher, drain, fast_path_enabled, mark_server_process, publish_posting

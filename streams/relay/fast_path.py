@@ -84,7 +84,7 @@ class Publisher:
     two round trips per batch, one when nobody listens). Rows are marked published only after they
     were sent, by one UPDATE for all the postings sent in the last MARK_DELAY_SECONDS, on the
     thread's own database connection. A crash before that mark costs duplicates (the sweeper sends
-    the rows again; consumers drop them); what a crash loses from the queue the sweeper publishes."""
+    the rows again; the hubs drop them); what a crash loses from the queue the sweeper publishes."""
 
     MAX_BATCH = 500
     LINGER_SECONDS = 0.002  # only when busy (see _take_batch)

@@ -1,5 +1,5 @@
 """The change feed as the relay reads it: the messages it sends (an account's group, the audience of
-its events, the rows' payloads), the rows a consumer fills a gap with, the rows nobody published,
+its events, the rows' payloads), the rows a hub fills a gap with, the rows nobody published,
 and marking rows published."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _payload(change: BalanceChange, precision: dict[str, int]) -> dict:
 
 
 def rows_between(account_id: int, first_seq: int, last_seq: int) -> list[dict]:
-    """Gap fill for a consumer: the account's rows with first_seq <= seq <= last_seq."""
+    """Gap fill (and catch-up, replay) for a hub: the account's rows with first_seq <= seq <= last_seq."""
     changes = list(
         BalanceChange.objects.select_related("asset")
         .filter(account_id=account_id, seq__gte=first_seq, seq__lte=last_seq)

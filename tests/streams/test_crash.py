@@ -5,7 +5,9 @@ consumer fills gaps from the database and never sends a row twice."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -17,6 +19,7 @@ from urllib.parse import quote
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from channels_redis.core import BoundedQueue
 from django.conf import settings
 from django.db import connection
 from django.test import override_settings
@@ -25,7 +28,7 @@ from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from streams import relay
-from streams.consumers import UserDataConsumer
+from streams.hub import hub_for
 from streams.relay import fast_path, sweeper
 from tests.support.factories import deposit
 from tests.support.streams import connect, deposit_from_threads
@@ -286,33 +289,46 @@ def _deposit_unpublished(user, amount: str):
         fast_path.fast_path_enabled = original
 
 
-# --- a burst while the consumer is stalled ---------------------------------------------------------
+# --- a burst while the hub is stalled ---------------------------------------------------------
 
 
-async def test_burst_beyond_channel_capacity_while_the_consumer_is_stalled(master, assets, monkeypatch):
-    """The consumer is slow for a moment (here: its handler waits on a gate) while 120 postings of
-    its account commit: more than the channel layer's per-channel capacity (100) pile up for it,
-    and the layer drops the newest. The fast path has marked them published, so the sweeper will
-    not send them again. Every one of them must still reach the client once the consumer goes on."""
+async def test_burst_beyond_channel_capacity_while_the_hub_is_stalled(master, assets, monkeypatch):
+    """The process's hub is slow for a moment (here: its receive waits on a gate) while 120 postings
+    of its account commit: more messages than the channel layer holds for it (its capacity, 20 here)
+    pile up, and the layer drops some (Redis refuses them beyond the capacity; the process's receive
+    buffer keeps only the newest). The fast path has marked them published, so the sweeper will not
+    send them again. Every one of them must still reach the client once the hub goes on."""
     count, threads = 120, 4
+    layer = get_channel_layer()
     gate = asyncio.Event()
-    handler = UserDataConsumer.ledger_changes
+    gate.set()
+    stalled: list[str] = []  # the hub's channel, once stalled
+    receive = layer.receive
 
-    async def slow_handler(self, message):
-        await gate.wait()
-        await handler(self, message)
+    async def gated_receive(channel):
+        if channel in stalled:
+            await gate.wait()
+        return await receive(channel)
 
-    monkeypatch.setattr(UserDataConsumer, "ledger_changes", slow_handler)
+    monkeypatch.setattr(layer, "receive", gated_receive)
+    monkeypatch.setattr(layer, "capacity", 20)
+    monkeypatch.setattr(layer, "receive_buffer", collections.defaultdict(functools.partial(BoundedQueue, 20)))
     world = await sync_to_async(ledger.system_account_id)(SystemRole.WORLD)
     with override_settings(STREAM_KEY_CHECK_SECONDS=0.2):
         ws = await connect(master)
+        hub = hub_for(layer)
+        publisher = fast_path._process_publisher(layer)
+        messages_before, batches_before = hub.messages, publisher.batches
+        gate.clear()
+        stalled.append(hub.channel)
 
         await deposit_from_threads(world, lambda n: master, count, threads, "burst")
-        # The fast path has sent every row (and marked it published) while the consumer waits.
+        # The fast path has sent every row (and marked it published) while the hub waits.
         deadline = time.monotonic() + 10
         while await BalanceChange.objects.filter(account_id=master.pk, published_at__isnull=True).aexists():
             assert time.monotonic() < deadline, "the fast path did not publish the burst"
             await asyncio.sleep(0.05)
+        sent = publisher.batches - batches_before  # one message a batch: one account
         gate.set()
 
         positions = []
@@ -323,7 +339,10 @@ async def test_burst_beyond_channel_capacity_while_the_consumer_is_stalled(maste
                 continue
             event = await ws.receive_json_from(timeout=1)
             if event["e"] == "outboundAccountPosition":
-                positions.append(event["B"][0]["f"])
+                positions.append(Decimal(event["B"][0]["f"]))
         assert len(positions) == count
-        assert positions[-1] == f"{Decimal(count * (count + 1) // 2) / 10**8:.8f}"
+        assert positions == sorted(positions)
+        assert positions[-1] == Decimal(count * (count + 1) // 2) / 10**8
+        assert hub.messages - messages_before < sent  # some were dropped on the way ...
+        assert hub.fills >= 1  # ... and read from the change feed instead
         await ws.disconnect()
