@@ -37,18 +37,20 @@ run: $(RUN_STAMP)
 		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) --ping-interval 20 --ping-timeout 30 exchange.asgi:application; \
 	fi
 
-## make services: install (Debian packages) and start PostgreSQL and Redis for tests and benchmarks.
+## make services: install (Debian packages) and start PostgreSQL and Redis for tests and benchmarks;
+## install Debian's chromium for the browser tests (tests/backoffice, Playwright from requirements-dev.txt).
 services:
 	@mkdir -p var
 	./scripts/services.sh > var/services.env
 
-## make test: real PostgreSQL and Redis, lint, then the whole test suite; then the tests of the
+## make test: real PostgreSQL and Redis (and Debian's chromium for the back office's browser tests),
+## lint, then the whole test suite; then the tests of the
 ## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings, conversions,
 ## sub-account transfers and collections) on SQLite.
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
 	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py \
 	tests/ledger/test_house_shards.py tests/convert/test_accept.py tests/subaccounts/test_transfers.py \
-	tests/subaccounts/test_collect.py tests/subaccounts/test_clients.py
+	tests/subaccounts/test_collect.py tests/subaccounts/test_clients.py tests/backoffice/test_dashboard.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

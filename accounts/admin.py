@@ -10,6 +10,11 @@ from django.utils.html import format_html, format_html_join
 
 from accounts import services
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
+from exchange.backoffice import ReasonActionForm, ReasonFieldAdmin, action_reason
+from exchange.services import staff_action, summary
+
+USER_STATE_FIELDS = ("email", "is_active", "is_frozen", "can_trade", "can_deposit", "can_withdraw")
+API_KEY_FIELDS = ("user", "name", "key", "types", "status", "ip_restrict", "ip_list")  # never the secret
 
 
 class _AccountFormRules:
@@ -40,9 +45,23 @@ class AccountCreationForm(_AccountFormRules, UserCreationForm):
 
 
 class AccountChangeForm(_AccountFormRules, UserChangeForm):
+    reason = forms.CharField(
+        max_length=500,
+        required=False,  # required when something changes: UserAdmin.save_model
+        widget=forms.TextInput(attrs={"size": 60}),
+        help_text="Why you change this account (required for a change): kept in the audit trail with your name.",
+    )
+
     class Meta:
         model = User
         fields = "__all__"
+
+    def clean(self):
+        data = super().clean()
+        changed = [name for name in self.changed_data if name != "reason"]
+        if self.instance.pk and changed and not (data.get("reason") or "").strip():
+            self.add_error("reason", "A reason is required: say why (it is kept in the audit trail).")
+        return data
 
 
 # What makes a user staff, superuser or gives them permissions: only superusers set these.
@@ -94,6 +113,7 @@ class UserAdmin(DjangoUserAdmin):
     search_fields = ("email", "phone", "master__email")
     list_select_related = ("master",)
     actions = ["freeze_accounts", "unfreeze_accounts"]
+    action_form = ReasonActionForm
     raw_id_fields = ("master",)
     readonly_fields = ("system_role", "sub_account_list")
     fieldsets = (
@@ -119,10 +139,29 @@ class UserAdmin(DjangoUserAdmin):
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)
+        if obj is not None and self.has_change_permission(request, obj):
+            fieldsets = (*fieldsets, ("Why", {"fields": ("reason",)}))  # a change is audited
         if obj is None or obj.master_id is not None or obj.system_role is not None:
             return fieldsets
         # A master's sub-accounts on its page (a sub-account cannot be a master: it has none).
         return (*fieldsets[:2], ("Sub-accounts", {"fields": ("sub_account_list",)}), *fieldsets[2:])
+
+    def save_model(self, request, obj, form, change):
+        changed = [name for name in form.changed_data if name not in ("reason", "password")]
+        if not change or not changed:
+            super().save_model(request, obj, form, change)
+            return
+        fields = tuple(name for name in changed if name not in ("groups", "user_permissions"))
+        before = summary(User.objects.get(pk=obj.pk), fields)
+        with staff_action(
+            actor=request.user,
+            action="account.change",
+            reason=form.cleaned_data.get("reason"),
+            target=obj,
+            before=before,
+        ) as draft:
+            super().save_model(request, obj, form, change)
+            draft.after = {**summary(obj, fields), "changed": changed}
 
     @admin.display(description="sub-accounts")
     def sub_account_list(self, obj: User) -> str:
@@ -155,12 +194,24 @@ class UserAdmin(DjangoUserAdmin):
         return format_html("<table><tbody>{}</tbody></table>", rows)
 
     def _set_frozen(self, request, queryset, frozen: bool) -> None:
+        reason = action_reason(self, request)
+        if reason is None:
+            return
         done = skipped = 0
         for user in queryset:
             if user.system_role is not None or not may_edit_user(request.user, user):
                 skipped += 1
                 continue
-            services.user_set_frozen(user=user, frozen=frozen, by=request.user)
+            with staff_action(
+                actor=request.user,
+                action="account.freeze" if frozen else "account.unfreeze",
+                reason=reason,
+                target=user,
+                before=summary(user, USER_STATE_FIELDS),
+            ) as draft:
+                draft.after = summary(
+                    services.user_set_frozen(user=user, frozen=frozen, by=request.user), USER_STATE_FIELDS
+                )
             done += 1
         verb = "frozen" if frozen else "unfrozen"
         self.message_user(request, f"{done} account(s) {verb}.", messages.SUCCESS)
@@ -203,6 +254,11 @@ class ApiKeyForm(forms.ModelForm):
     ip_list = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}), required=False, help_text="One address or CIDR network per line."
     )
+    reason = forms.CharField(
+        max_length=500,
+        widget=forms.TextInput(attrs={"size": 60}),
+        help_text="Why (required): kept in the audit trail with your name.",
+    )
 
     class Meta:
         model = ApiKey
@@ -235,13 +291,18 @@ class ApiKeyForm(forms.ModelForm):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
+    """Keys are created, changed, enabled and disabled with a reason (audited). The secret is shown
+    once, on the page the creation answers with, and never again: it is not a field of any page,
+    the audit trail or the change history (docs/operations.md)."""
+
     form = ApiKeyForm
     list_display = ("name", "short_key", "user", "status", "type_list", "ip_restrict", "created_at")
     list_filter = ("status", "ip_restrict")
     search_fields = ("name", "key", "user__email")
     raw_id_fields = ("user",)
     actions = ["enable_keys", "disable_keys"]
+    action_form = ReasonActionForm
 
     @admin.display(description="key")
     def short_key(self, obj: ApiKey) -> str:
@@ -254,19 +315,29 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
         if change:
-            services.api_key_set_ip_restriction(api_key=obj, ip_restrict=data["ip_restrict"], ip_list=data["ip_list"])
-            obj.types = data["types"]
-            obj.name = data["name"]
-            obj.save(update_fields=["types", "name", "updated_at"])
-            services.api_key_set_status(api_key=obj, enabled=data["status"] == ApiKeyStatus.ENABLE)
+            before = summary(ApiKey.objects.get(pk=obj.pk), API_KEY_FIELDS)
+            with staff_action(
+                actor=request.user, action="api_key.change", reason=data["reason"], target=obj, before=before
+            ) as draft:
+                services.api_key_set_ip_restriction(
+                    api_key=obj, ip_restrict=data["ip_restrict"], ip_list=data["ip_list"]
+                )
+                obj.types = data["types"]
+                obj.name = data["name"]
+                obj.save(update_fields=["types", "name", "updated_at"])
+                services.api_key_set_status(api_key=obj, enabled=data["status"] == ApiKeyStatus.ENABLE)
+                draft.after = summary(obj, API_KEY_FIELDS)
             return
-        created = services.api_key_create(
-            user=data["user"],
-            name=data["name"],
-            types=data["types"],
-            ip_list=data["ip_list"],
-            ip_restrict=data["ip_restrict"],
-        )
+        with staff_action(actor=request.user, action="api_key.create", reason=data["reason"]) as draft:
+            created = services.api_key_create(
+                user=data["user"],
+                name=data["name"],
+                types=data["types"],
+                ip_list=data["ip_list"],
+                ip_restrict=data["ip_restrict"],
+            )
+            draft.target = created.api_key
+            draft.after = summary(created.api_key, API_KEY_FIELDS)
         obj.pk = created.api_key.pk
         obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
         # Shown once, on the page this request renders; never stored in the session or a message.
@@ -287,17 +358,28 @@ class ApiKeyAdmin(admin.ModelAdmin):
         response["Cache-Control"] = "no-store"
         return response
 
+    def _set_status(self, request, queryset, enabled: bool) -> None:
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        for key in queryset:
+            with staff_action(
+                actor=request.user,
+                action="api_key.enable" if enabled else "api_key.disable",
+                reason=reason,
+                target=key,
+                before=summary(key, API_KEY_FIELDS),
+            ) as draft:
+                draft.after = summary(services.api_key_set_status(api_key=key, enabled=enabled), API_KEY_FIELDS)
+        self.message_user(request, f"Keys {'enabled' if enabled else 'disabled'}.", messages.SUCCESS)
+
     @admin.action(description="Enable the selected keys", permissions=["change"])
     def enable_keys(self, request, queryset):
-        for key in queryset:
-            services.api_key_set_status(api_key=key, enabled=True)
-        self.message_user(request, "Keys enabled.", messages.SUCCESS)
+        self._set_status(request, queryset, True)
 
     @admin.action(description="Disable the selected keys", permissions=["change"])
     def disable_keys(self, request, queryset):
-        for key in queryset:
-            services.api_key_set_status(api_key=key, enabled=False)
-        self.message_user(request, "Keys disabled.", messages.SUCCESS)
+        self._set_status(request, queryset, False)
 
 
 from accounts.ledger import admin as ledger_admin  # noqa: E402,F401 - registers the ledger's admin pages

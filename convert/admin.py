@@ -14,9 +14,11 @@ from django.urls import path
 from django.utils import timezone
 
 from accounts import ledger
+from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
 from convert import selectors, services
 from convert.models import Market, Order, Pair, Quote
+from exchange.services import staff_action
 
 
 class MarketForm(forms.ModelForm):
@@ -68,13 +70,16 @@ class MarketAdmin(admin.ModelAdmin):
             form = TopUpForm(request.POST or None, initial={"request_id": uuid.uuid4().hex})
             if request.method == "POST" and form.is_valid():
                 data = form.cleaned_data
-                posting_id = services.liquidity_top_up(
-                    asset_code=data["asset"].code,
-                    amount=data["amount"],
-                    actor=request.user,
-                    reason=data["reason"],
-                    request_id=data["request_id"],
-                )
+                with staff_action(actor=request.user, action="liquidity.top_up", reason=data["reason"]) as draft:
+                    posting_id = services.liquidity_top_up(
+                        asset_code=data["asset"].code,
+                        amount=data["amount"],
+                        actor=request.user,
+                        reason=data["reason"],
+                        request_id=data["request_id"],
+                    )
+                    draft.target = Posting.objects.get(pk=posting_id)
+                    draft.after = {"asset": data["asset"].code, "amount": data["amount"], "posting": posting_id}
                 self.message_user(request, f"Liquidity topped up (posting #{posting_id}).", messages.SUCCESS)
                 return redirect("admin:convert_liquidity")
         elif request.method == "POST":

@@ -1,16 +1,38 @@
+from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
 from exchange import services
 from exchange.api import ratelimit
-from exchange.models import BusinessStatus, RateLimitBan
+from exchange.backoffice import (
+    ReasonActionForm,
+    ReasonFieldAdmin,
+    ReasonFormMixin,
+    ThrottledAdminLoginForm,
+    action_reason,
+)
+from exchange.models import BusinessStatus, RateLimitBan, StaffAction
+from exchange.services import staff_action, summary
+
+# Failed logins are counted per IP and per username; past the limits the login is refused.
+admin.site.login_form = ThrottledAdminLoginForm
+
+
+class BusinessStatusForm(ReasonFormMixin, forms.ModelForm):
+    class Meta:
+        model = BusinessStatus
+        fields = ("is_on",)
 
 
 @admin.register(BusinessStatus)
-class BusinessStatusAdmin(admin.ModelAdmin):
+class BusinessStatusAdmin(ReasonFieldAdmin, admin.ModelAdmin):
+    """Switched on its page or by the list's actions, with a reason (audited)."""
+
+    form = BusinessStatusForm
+    action_form = ReasonActionForm
     list_display = ("business_type", "is_on", "updated_at", "updated_by")
-    list_editable = ("is_on",)
     readonly_fields = ("business_type", "updated_at", "updated_by")
+    actions = ["switch_on", "switch_off"]
 
     def has_add_permission(self, request) -> bool:
         return False  # SPOT and CONVERT are seeded by a migration
@@ -18,9 +40,34 @@ class BusinessStatusAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
+    def _set(self, request, row: BusinessStatus, is_on: bool, reason: str) -> BusinessStatus:
+        before = summary(BusinessStatus.objects.get(pk=row.pk), ("business_type", "is_on"))
+        with staff_action(
+            actor=request.user, action="business_status.set", reason=reason, target=row, before=before
+        ) as draft:
+            stored = services.business_status_set(business_type=row.business_type, is_on=is_on, updated_by=request.user)
+            draft.after = summary(stored, ("business_type", "is_on"))
+        return stored
+
     def save_model(self, request, obj, form, change):
-        stored = services.business_status_set(business_type=obj.business_type, is_on=obj.is_on, updated_by=request.user)
+        stored = self._set(request, obj, obj.is_on, form.cleaned_data["reason"])
         obj.pk = stored.pk
+
+    def _switch(self, request, queryset, is_on: bool) -> None:
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        for row in queryset:
+            self._set(request, row, is_on, reason)
+        self.message_user(request, f"{queryset.count()} business(es) switched {'on' if is_on else 'off'}.")
+
+    @admin.action(description="Switch the selected businesses on", permissions=["change"])
+    def switch_on(self, request, queryset):
+        self._switch(request, queryset, True)
+
+    @admin.action(description="Switch the selected businesses off", permissions=["change"])
+    def switch_off(self, request, queryset):
+        self._switch(request, queryset, False)
 
 
 @admin.register(RateLimitBan)
@@ -39,6 +86,7 @@ class RateLimitBanAdmin(admin.ModelAdmin):
     search_fields = ("ip",)
     readonly_fields = [f.name for f in RateLimitBan._meta.fields]
     actions = ["lift_bans"]
+    action_form = ReasonActionForm
 
     @admin.display(boolean=True, description="active")
     def is_active(self, ban: RateLimitBan) -> bool:
@@ -49,6 +97,33 @@ class RateLimitBanAdmin(admin.ModelAdmin):
 
     @admin.action(description="Lift the selected bans now", permissions=["change"])
     def lift_bans(self, request, queryset):
+        reason = action_reason(self, request)
+        if reason is None:
+            return
         for ban in queryset:
-            ratelimit.rate_limit_ban_lift(ban=ban, lifted_by=request.user)
+            with staff_action(
+                actor=request.user, action="ban.lift", reason=reason, target=ban, before=summary(ban)
+            ) as draft:
+                draft.after = summary(ratelimit.rate_limit_ban_lift(ban=ban, lifted_by=request.user))
         self.message_user(request, f"Lifted {queryset.count()} ban(s).", messages.SUCCESS)
+
+
+@admin.register(StaffAction)
+class StaffActionAdmin(admin.ModelAdmin):
+    """The audit trail: read-only for everyone (written only by exchange.services.staff_action)."""
+
+    list_display = ("created_at", "actor", "action", "object_type", "object_id", "object_repr", "reason")
+    list_filter = ("action", "object_type", "created_at")
+    search_fields = ("actor__email", "object_id", "object_repr", "reason")
+    list_select_related = ("actor",)
+    readonly_fields = [f.name for f in StaffAction._meta.fields]
+    date_hierarchy = "created_at"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

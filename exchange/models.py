@@ -45,3 +45,34 @@ class RateLimitBan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.ip} banned until {self.expires_at:%Y-%m-%d %H:%M:%S} (offence {self.offence})"
+
+
+class StaffAction(models.Model):
+    """The audit trail of the back office: every action a staff member takes in the admin that
+    moves money or changes what a customer may do (approvals, adjustments, top-ups, API keys, bans,
+    business status, freezes): who, when, what (the object and the action), why (a reason, always
+    given) and a summary of the object before and after. Written by exchange.services.staff_action
+    in the action's own transaction, so an action that is undone leaves no record and a record
+    never describes an action that did not happen. Append-only: the admin shows it read-only."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    action = models.CharField(max_length=48, db_index=True, help_text="e.g. withdrawal.approve")
+    object_type = models.CharField(max_length=64, help_text="app_label.model of the object acted on")
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    reason = models.TextField()
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["object_type", "object_id"], name="staff_action_object")]
+        constraints = [models.CheckConstraint(condition=~models.Q(reason=""), name="staff_action_has_reason")]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_id} {self.action} {self.object_type}#{self.object_id}"
+
+
+# The dashboard's activity rollup (exchange/dashboard/models.py) belongs to this app.
+from exchange.dashboard.models import ActivityRollup, DailyActivity  # noqa: E402,F401

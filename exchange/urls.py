@@ -6,6 +6,7 @@ admin.site.site_title = "Exchange operations"
 
 urlpatterns = [
     path("openapi/", include("exchange.api_urls")),  # first: the busy prefix (the two never overlap)
+    path("admin/backoffice/", include("exchange.dashboard.urls")),  # the dashboard and the customer page
     path("admin/", admin.site.urls),
 ]
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure the PostgreSQL and Redis that tests and benchmarks use are installed and running.
+# Make sure the PostgreSQL and Redis that tests and benchmarks use are installed and running, and
+# that Debian's chromium is there for the browser tests.
 # Installs them from Debian packages when missing (needs root), starts them, creates the
 # `exchange` role and database. Idempotent; prints the URLs to use.
 set -euo pipefail
@@ -33,6 +34,14 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   [ ${#missing[@]} -gt 0 ] || as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
   [ -z "$added_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
+fi
+
+# Chromium: the browser tests of the back office (tests/backoffice) drive Debian's chromium through
+# Playwright; nothing downloads a browser at run time.
+if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
+  echo "Installing chromium from Debian packages" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
 # PostgreSQL: the first cluster of the newest installed version.

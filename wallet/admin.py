@@ -7,6 +7,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
+from exchange.backoffice import ReasonActionForm, action_reason
+from exchange.services import staff_action, summary
 from wallet import services
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
@@ -63,6 +65,13 @@ class TravelRuleForm(forms.Form):
     originator_name = forms.CharField(max_length=200)
     originator_address = forms.CharField(max_length=300, required=False)
     originator_vasp = forms.CharField(max_length=200, required=False, label="Originating VASP")
+    reason = forms.CharField(
+        max_length=500, help_text="Where the data comes from (required): kept in the audit trail with your name."
+    )
+
+
+DEPOSIT_FIELDS = ("account", "network", "amount", "status", "confirmations", "tx_id", "credited_at")
+WITHDRAWAL_FIELDS = ("account", "network", "amount", "fee", "stage", "first_approved_by", "decided_by", "tx_id", "info")
 
 
 @admin.register(Deposit)
@@ -83,6 +92,7 @@ class DepositAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in Deposit._meta.fields if f.name != "travel_rule_data"] + ["travel_rule_data_view"]
     exclude = ("travel_rule_data",)
     actions = ["recheck"]
+    action_form = ReasonActionForm
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -117,8 +127,18 @@ class DepositAdmin(admin.ModelAdmin):
         deposit = get_object_or_404(Deposit, pk=pk)
         form = TravelRuleForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
+            data = dict(form.cleaned_data)
+            reason = data.pop("reason")
             try:
-                services.deposit_fill_travel_rule(deposit=deposit, data=form.cleaned_data, filled_by=request.user)
+                with staff_action(
+                    actor=request.user,
+                    action="deposit.travel_rule",
+                    reason=reason,
+                    target=deposit,
+                    before=summary(deposit, DEPOSIT_FIELDS),
+                ) as draft:
+                    filled = services.deposit_fill_travel_rule(deposit=deposit, data=data, filled_by=request.user)
+                    draft.after = {**summary(filled, DEPOSIT_FIELDS), "travel_rule_data": filled.travel_rule_data}
             except ValueError as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
@@ -143,17 +163,36 @@ class DepositAdmin(admin.ModelAdmin):
 
     @admin.action(description="Check the chain again for the selected deposits", permissions=["change"])
     def recheck(self, request, queryset):
-        services.deposits_scan()
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        with staff_action(actor=request.user, action="deposit.recheck", reason=reason) as draft:
+            draft.after = {"credited_or_advanced": services.deposits_scan()}
         self.message_user(request, "Chain scanned.", messages.SUCCESS)
 
 
 @admin.register(Withdrawal)
 class WithdrawalAdmin(admin.ModelAdmin):
-    list_display = ("id", "account", "network", "amount", "fee", "stage", "tx_id", "applied_at", "decided_by")
+    """Approve, reject or retry by the list's actions, with a reason (audited). Above
+    WITHDRAWAL_FOUR_EYES_ABOVE an approval takes two staff members (wallet.services.withdrawal_approve)."""
+
+    list_display = (
+        "id",
+        "account",
+        "network",
+        "amount",
+        "fee",
+        "stage",
+        "tx_id",
+        "applied_at",
+        "first_approved_by",
+        "decided_by",
+    )
     list_filter = ("stage", "network", "applied_at")
     search_fields = ("account__email", "tx_id", "address", "withdraw_order_id")
     readonly_fields = [f.name for f in Withdrawal._meta.fields]
     actions = ["approve", "reject", "retry"]
+    action_form = ReasonActionForm
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -161,30 +200,79 @@ class WithdrawalAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
+    def _audited(self, request, withdrawal: Withdrawal, action: str, reason: str, step):
+        with staff_action(
+            actor=request.user,
+            action=action,
+            reason=reason,
+            target=withdrawal,
+            before=summary(withdrawal, WITHDRAWAL_FIELDS),
+        ) as draft:
+            done = step()
+            draft.after = summary(done, WITHDRAWAL_FIELDS) if done is not None else {}
+        return done
+
     @admin.action(description="Approve the selected withdrawals (they are sent)", permissions=["change"])
     def approve(self, request, queryset):
-        done = 0
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        sent = waiting = 0
         for withdrawal in queryset.filter(stage=WithdrawalStage.AWAITING_APPROVAL):
             try:
-                services.withdrawal_approve(withdrawal=withdrawal, approved_by=request.user)
-                done += 1
-            except ValueError as exc:  # its account may not send funds
-                self.message_user(request, str(exc), messages.ERROR)
-        self.message_user(request, f"Approved {done} withdrawal(s).", messages.SUCCESS)
+                done = self._audited(
+                    request,
+                    withdrawal,
+                    "withdrawal.approve",
+                    reason,
+                    lambda w=withdrawal: services.withdrawal_approve(withdrawal=w, approved_by=request.user),
+                )
+            except ValueError as exc:  # its account may not send funds; or the first approver again
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                continue
+            if done.stage == WithdrawalStage.AWAITING_APPROVAL:
+                waiting += 1
+            else:
+                sent += 1
+        self.message_user(request, f"Approved {sent} withdrawal(s).", messages.SUCCESS)
+        if waiting:
+            self.message_user(
+                request,
+                f"{waiting} withdrawal(s) above the four-eyes value now wait for a second approver (not you).",
+                messages.WARNING,
+            )
 
     @admin.action(description="Reject the selected withdrawals (funds return to the account)", permissions=["change"])
     def reject(self, request, queryset):
+        reason = action_reason(self, request)
+        if reason is None:
+            return
         done = [
-            services.withdrawal_reject(withdrawal=w, rejected_by=request.user)
+            self._audited(
+                request,
+                w,
+                "withdrawal.reject",
+                reason,
+                lambda w=w: services.withdrawal_reject(withdrawal=w, rejected_by=request.user, reason=reason[:255]),
+            )
             for w in queryset.filter(stage__in=[WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED])
         ]
         self.message_user(request, f"Rejected {len(done)} withdrawal(s).", messages.SUCCESS)
 
     @admin.action(description="Retry the selected stuck withdrawals", permissions=["change"])
     def retry(self, request, queryset):
+        reason = action_reason(self, request)
+        if reason is None:
+            return
         stuck = list(queryset.filter(stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING]))
         for withdrawal in stuck:
-            services.withdrawal_retry(withdrawal=withdrawal)
+            self._audited(
+                request,
+                withdrawal,
+                "withdrawal.retry",
+                reason,
+                lambda w=withdrawal: services.withdrawal_retry(withdrawal=w),
+            )
         self.message_user(request, f"Handed {len(stuck)} withdrawal(s) to a worker again.", messages.SUCCESS)
 
 

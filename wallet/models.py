@@ -126,6 +126,16 @@ class Withdrawal(models.Model):
         related_name="+",
         help_text="Operator who approved or rejected it.",
     )
+    # Four eyes (WITHDRAWAL_FOUR_EYES_ABOVE): the first of two approvals; decided_by is the second.
+    first_approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="First approver of a withdrawal that needs two; the second must be someone else.",
+    )
+    first_approved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -136,6 +146,10 @@ class Withdrawal(models.Model):
                 name="withdraw_order_id_once_per_account",
             ),
             models.CheckConstraint(condition=Q(amount__gt=0) & Q(fee__gte=0), name="withdrawal_amounts"),
+            models.CheckConstraint(
+                condition=Q(first_approved_by__isnull=True) | ~Q(first_approved_by=models.F("decided_by")),
+                name="withdrawal_two_approvers",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -371,12 +371,43 @@ def _fail(
     )
 
 
+class ApprovalRefused(ValueError):
+    """A four-eyes rule refused the approval (the first approver approving again)."""
+
+
+def needs_two_approvals(withdrawal: Withdrawal) -> bool:
+    """Whether approving `withdrawal` takes two staff members: worth more than
+    WITHDRAWAL_FOUR_EYES_ABOVE (APPROVAL_CURRENCY at the asset's reference price, amount plus fee)."""
+    above = settings.WITHDRAWAL_FOUR_EYES_ABOVE
+    if above is None:
+        return False
+    return value_in(APPROVAL_CURRENCY, withdrawal.network.coin, withdrawal.amount + withdrawal.fee) > above
+
+
 def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdrawal:
     """Send a withdrawal that waits for an operator. Refused (ValueError) while its account may not
-    send funds: reject it instead, or unfreeze the account first."""
+    send funds: reject it instead, or unfreeze the account first.
+
+    Four eyes: a withdrawal worth more than WITHDRAWAL_FOUR_EYES_ABOVE needs two approvals by two
+    staff members. The first is recorded (first_approved_by) and the withdrawal keeps waiting; the
+    second, by anyone else, sends it; the first approver approving again is refused
+    (ApprovalRefused). The row is locked for the decision, so two concurrent approvals queue and
+    the later one sees the earlier."""
     if not policy.may_send(User.objects.get(pk=withdrawal.account_id)):
         raise ValueError(f"Withdrawal {withdrawal.pk}: {HELD_INFO.removeprefix('held: ')}; reject it instead.")
     with transaction.atomic():
+        locked = Withdrawal.objects.select_for_update().select_related("network__coin").get(pk=withdrawal.pk)
+        if locked.stage == WithdrawalStage.AWAITING_APPROVAL and needs_two_approvals(locked):
+            if locked.first_approved_by_id is None:
+                Withdrawal.objects.filter(pk=locked.pk).update(
+                    first_approved_by=approved_by, first_approved_at=timezone.now(), updated_at=timezone.now()
+                )
+                withdrawal.refresh_from_db()
+                return withdrawal  # waits for the second approver
+            if locked.first_approved_by_id == approved_by.pk:
+                raise ApprovalRefused(
+                    f"Withdrawal {withdrawal.pk} needs a second approver: you gave the first approval."
+                )
         if _transition(
             withdrawal.pk,
             from_stages=[WithdrawalStage.AWAITING_APPROVAL],

@@ -1,16 +1,30 @@
 """Admin for the ledger: assets and limit tiers are edited; balances, postings, entries, the change
-feed and check results are read-only; money moves only through the adjustment form (a service)."""
+feed and check results are read-only; money moves only through adjustments, proposed and confirmed
+by two staff members (services, audited)."""
 
 import uuid
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
 
 from accounts.ledger import services
-from accounts.ledger.models import Asset, Balance, BalanceChange, Entry, LedgerCheckRun, ManualAdjustment, Posting
+from accounts.ledger.models import (
+    AdjustmentStatus,
+    Asset,
+    Balance,
+    BalanceChange,
+    Entry,
+    LedgerCheckRun,
+    ManualAdjustment,
+    Posting,
+)
 from accounts.models import LimitTier, TierLimit
 from exchange.api.errors import InsufficientBalance
+from exchange.services import ReasonRequired, staff_action, summary
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -93,13 +107,14 @@ class LedgerCheckRunAdmin(ReadOnlyAdmin):
 
 
 class AdjustmentForm(forms.ModelForm):
-    # Made when the form is shown and sent back with it: the same form submitted twice posts once
-    # (ledger.services.adjustment_create).
+    # Made when the form is shown and sent back with it: the same form submitted twice proposes
+    # once (ledger.services.adjustment_propose).
     request_id = forms.UUIDField(widget=forms.HiddenInput, required=False, initial=uuid.uuid4)
 
     class Meta:
         model = ManualAdjustment
         fields = ("account", "asset", "amount", "reason")
+        help_texts = {"reason": "Why (required): kept on the adjustment, its posting and the audit trail."}
 
     def clean_account(self):
         account = self.cleaned_data["account"]
@@ -113,18 +128,39 @@ class AdjustmentForm(forms.ModelForm):
             raise ValidationError("An adjustment must move something.")
         return amount
 
+    def validate_unique(self):
+        """A request id seen before is a resend: the service returns the first proposal."""
+
+    def clean_reason(self):
+        reason = self.cleaned_data["reason"].strip()
+        if not reason:
+            raise ValidationError("A reason is required.")
+        return reason
+
+
+class DecisionForm(forms.Form):
+    decision = forms.ChoiceField(choices=(("confirm", "confirm"), ("cancel", "cancel")))
+    reason = forms.CharField(max_length=255, required=False)
+
+
+ADJUSTMENT_FIELDS = ("account", "asset", "amount", "reason", "status")
+
 
 @admin.register(ManualAdjustment)
 class ManualAdjustmentAdmin(admin.ModelAdmin):
-    """Operators correct a balance here; each adjustment is a balanced posting against the equity
-    account, with the reason and the operator recorded. Adjustments are never edited or deleted:
-    a mistake is corrected by another adjustment."""
+    """Four eyes (docs/operations.md): Treasury or an Administrator PROPOSES an adjustment here (no
+    money moves); another staff member with "confirm manual adjustment" (Administrators) CONFIRMS
+    it on its page, which posts it (a balanced posting against the equity account), or cancels it.
+    The proposer cannot confirm. Every step needs a reason and is audited. Adjustments are never
+    edited or deleted: a mistake is corrected by another adjustment."""
 
     form = AdjustmentForm
-    list_display = ("created_at", "account", "asset", "amount", "reason", "created_by", "posting")
-    list_filter = ("asset",)
+    list_display = ("id", "created_at", "account", "asset", "amount", "status", "reason", "created_by", "decided_by")
+    list_filter = ("status", "asset")
     search_fields = ("account__email", "reason")
     raw_id_fields = ("account",)
+    readonly_fields = ("status", "created_by", "created_at", "decided_by", "decided_at", "decision_reason", "posting")
+    list_select_related = ("account", "asset", "created_by", "decided_by")
 
     def has_change_permission(self, request, obj=None) -> bool:
         return obj is None and super().has_change_permission(request, obj)
@@ -132,27 +168,106 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
+    @staticmethod
+    def may_confirm(request, adjustment: ManualAdjustment) -> bool:
+        return (
+            adjustment.status == AdjustmentStatus.PROPOSED
+            and adjustment.created_by_id != request.user.pk
+            and request.user.has_perm("accounts.confirm_manualadjustment")
+        )
+
+    @staticmethod
+    def may_cancel(request, adjustment: ManualAdjustment) -> bool:
+        return adjustment.status == AdjustmentStatus.PROPOSED and (
+            adjustment.created_by_id == request.user.pk or request.user.has_perm("accounts.confirm_manualadjustment")
+        )
+
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
-        created = services.adjustment_create(
-            account=data["account"],
-            asset=data["asset"],
-            amount=data["amount"],
-            reason=data["reason"],
-            created_by=request.user,
-            request_id=data.get("request_id"),
-        )
-        obj.pk = created.pk
+        with staff_action(actor=request.user, action="adjustment.propose", reason=data["reason"]) as draft:
+            proposed = services.adjustment_propose(
+                account=data["account"],
+                asset=data["asset"],
+                amount=data["amount"],
+                reason=data["reason"],
+                proposed_by=request.user,
+                request_id=data.get("request_id"),
+            )
+            draft.target = proposed
+            draft.after = summary(proposed, ADJUSTMENT_FIELDS)
+        obj.pk = proposed.pk
         obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
 
-    def add_view(self, request, form_url="", extra_context=None):
+    def response_add(self, request, obj, post_url_continue=None):
+        self.message_user(
+            request,
+            f"Adjustment #{obj.pk} proposed: no money has moved. Another staff member must confirm it.",
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:accounts_manualadjustment_change", args=[obj.pk]))
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:pk>/decide/",
+                self.admin_site.admin_view(self.decide_view),
+                name="accounts_manualadjustment_decide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def decide_view(self, request, pk: int):
+        """POST only: confirm (post it) or cancel a proposed adjustment, with a reason."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        adjustment = get_object_or_404(ManualAdjustment, pk=pk)
+        form = DecisionForm(request.POST)
+        back = HttpResponseRedirect(reverse("admin:accounts_manualadjustment_change", args=[pk]))
+        if not form.is_valid():
+            self.message_user(request, "Choose to confirm or to cancel.", messages.ERROR)
+            return back
+        decision, reason = form.cleaned_data["decision"], form.cleaned_data["reason"]
+        if decision == "confirm" and adjustment.created_by_id == request.user.pk:
+            self.message_user(
+                request, "Refused: you proposed this adjustment; another staff member must confirm it.", messages.ERROR
+            )
+            return back
+        allowed = (
+            self.may_confirm(request, adjustment) if decision == "confirm" else self.may_cancel(request, adjustment)
+        )
+        if not allowed and adjustment.status == AdjustmentStatus.PROPOSED:
+            raise PermissionDenied
+        before = summary(adjustment, ADJUSTMENT_FIELDS)
         try:
-            return super().add_view(request, form_url, extra_context)
+            with staff_action(
+                actor=request.user, action=f"adjustment.{decision}", reason=reason, target=adjustment, before=before
+            ) as draft:
+                if decision == "confirm":
+                    decided = services.adjustment_confirm(adjustment_id=pk, confirmed_by=request.user, reason=reason)
+                else:
+                    decided = services.adjustment_cancel(adjustment_id=pk, cancelled_by=request.user, reason=reason)
+                draft.after = {**summary(decided, ADJUSTMENT_FIELDS), "posting": decided.posting_id}
+        except ReasonRequired as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        except services.AdjustmentRefused as exc:
+            self.message_user(request, f"Refused: {exc}", messages.ERROR)
         except InsufficientBalance:
             self.message_user(request, "Refused: the account's free balance is smaller than the debit.", messages.ERROR)
-            from django.http import HttpResponseRedirect
+        else:
+            done = f"confirmed and posted (posting #{decided.posting_id})" if decision == "confirm" else "cancelled"
+            self.message_user(request, f"Adjustment #{pk} {done}.", messages.SUCCESS)
+        return back
 
-            return HttpResponseRedirect(request.get_full_path())
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        adjustment = ManualAdjustment.objects.filter(pk=object_id).first()
+        extra_context = {
+            **(extra_context or {}),
+            "adjustment": adjustment,
+            "may_confirm": adjustment is not None and self.may_confirm(request, adjustment),
+            "may_cancel": adjustment is not None and self.may_cancel(request, adjustment),
+            "is_proposer": adjustment is not None and adjustment.created_by_id == request.user.pk,
+        }
+        return super().change_view(request, object_id, form_url, extra_context)
 
 
 class TierLimitInline(admin.TabularInline):

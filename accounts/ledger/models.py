@@ -254,20 +254,67 @@ class LedgerCheckRun(models.Model):
         return f"ledger check {self.started_at:%Y-%m-%d %H:%M:%S}: {'OK' if self.ok else 'DRIFT'}"
 
 
+class AdjustmentStatus(models.TextChoices):
+    PROPOSED = "PROPOSED", "proposed (no money moved)"
+    CONFIRMED = "CONFIRMED", "confirmed (posted)"
+    CANCELLED = "CANCELLED", "cancelled"
+
+
 class ManualAdjustment(models.Model):
-    """An operator's correction: a balanced posting between an account and the equity account,
-    with the reason and the operator recorded. Made only through ledger.services.adjustment_create."""
+    """An operator's correction, under four eyes: one staff member PROPOSES it (no money moves),
+    another CONFIRMS it, and only then is it posted: a balanced posting between the account and the
+    equity account, written with the confirmation in one transaction, once (the row is locked and
+    moved from PROPOSED; the posting's reference is unique). The database refuses a confirmation by
+    the proposer and a confirmed row without its posting. Made only through
+    ledger.services.adjustment_propose / adjustment_confirm / adjustment_cancel."""
 
     account = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
     asset = models.ForeignKey(Asset, on_delete=models.PROTECT, related_name="+")
     amount = AmountField(help_text="Positive credits the account, negative debits it.")
     reason = models.CharField(max_length=255)
-    created_by = models.ForeignKey("accounts.User", on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(
+        max_length=10,
+        choices=AdjustmentStatus.choices,
+        db_default=AdjustmentStatus.CONFIRMED,  # adjustments made before four eyes were posted at once
+    )
+    request_id = models.UUIDField(
+        null=True,
+        blank=True,
+        unique=True,
+        help_text="Made when the form is shown: a resend proposes once.",
+    )
+    created_by = models.ForeignKey(
+        "accounts.User", on_delete=models.PROTECT, related_name="+", help_text="Who proposed it."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
-    posting = models.OneToOneField(Posting, on_delete=models.PROTECT, related_name="adjustment")
+    decided_by = models.ForeignKey(
+        "accounts.User",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Who confirmed or cancelled it (never the proposer for a confirmation).",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.CharField(max_length=255, blank=True, db_default="")
+    posting = models.OneToOneField(Posting, null=True, blank=True, on_delete=models.PROTECT, related_name="adjustment")
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [("confirm_manualadjustment", "Can confirm or cancel an adjustment someone else proposed")]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(status=AdjustmentStatus.CONFIRMED) & Q(posting__isnull=False))
+                | (~Q(status=AdjustmentStatus.CONFIRMED) & Q(posting__isnull=True)),
+                name="adjustment_posted_iff_confirmed",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=AdjustmentStatus.CONFIRMED)
+                | Q(decided_by__isnull=True)
+                | ~Q(decided_by=models.F("created_by")),
+                name="adjustment_four_eyes",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.amount} {self.asset} to {self.account} ({self.reason})"
+        return f"{self.amount} {self.asset} to {self.account} ({self.reason}) [{self.status}]"

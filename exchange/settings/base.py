@@ -94,6 +94,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "exchange.api.middleware.ClientIpMiddleware",
+    "exchange.backoffice.AdminHostsMiddleware",  # before the session: a 404 costs no session lookup
     # Django's session, CSRF, auth and messages middleware, kept off the API's paths (they serve the
     # admin; the gateway authenticates API requests itself): see exchange/api/middleware.py.
     "exchange.api.middleware.SessionMiddleware",
@@ -103,6 +104,23 @@ MIDDLEWARE = [
     "exchange.api.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# The back office (docs/operations.md, "Staff sessions and the admin's safety"). Only staff have
+# sessions (the API authenticates every request with its key): a staff session ends 8 hours after
+# login and when the browser closes, whichever comes first.
+SESSION_COOKIE_AGE = env.int("STAFF_SESSION_SECONDS", default=8 * 3600)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = True
+# Hosts (names as in the Host header, without port) on which the admin answers; elsewhere, the
+# public API's hosts above all, /admin/ is a 404. Empty: every host in ALLOWED_HOSTS.
+ADMIN_HOSTS = env.list("ADMIN_HOSTS", default=[])
+# Failed admin logins allowed per client IP and per username (e-mail) within the window; further
+# attempts are refused with a message, correct password or not, until the window has passed.
+ADMIN_LOGIN_FAILURES_PER_IP = env.int("ADMIN_LOGIN_FAILURES_PER_IP", default=20)
+ADMIN_LOGIN_FAILURES_PER_USERNAME = env.int("ADMIN_LOGIN_FAILURES_PER_USERNAME", default=5)
+ADMIN_LOGIN_WINDOW_SECONDS = env.int("ADMIN_LOGIN_WINDOW_SECONDS", default=15 * 60)
 
 ROOT_URLCONF = "exchange.urls"
 WSGI_APPLICATION = "exchange.wsgi.application"
@@ -240,6 +258,10 @@ CHAIN_SCAN_SECONDS = env.float("CHAIN_SCAN_SECONDS", default=2.0)
 TRAVEL_RULE_THRESHOLD = Decimal(env.str("TRAVEL_RULE_THRESHOLD", default="50000"))
 # Withdrawals worth more than this (PHP at reference price) wait for an operator's approval.
 WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(env.str("WITHDRAWAL_APPROVAL_THRESHOLD", default="1000000"))
+# Four eyes: approving a withdrawal worth more than this (PHP at reference price, amount plus fee)
+# takes two staff members, the second not the first (wallet.services.withdrawal_approve). Empty: never.
+_FOUR_EYES_ABOVE = env.str("WITHDRAWAL_FOUR_EYES_ABOVE", default="5000000")
+WITHDRAWAL_FOUR_EYES_ABOVE = Decimal(_FOUR_EYES_ABOVE) if _FOUR_EYES_ABOVE else None
 # A withdrawal still broadcasting after this long is handed to a worker again.
 WITHDRAWAL_RETRY_AFTER_SECONDS = env.int("WITHDRAWAL_RETRY_AFTER_SECONDS", default=120)
 
@@ -270,6 +292,12 @@ CELERY_BEAT_SCHEDULE: dict = {
     "withdrawal-retry": {"task": "wallet.retry_stuck_withdrawals", "schedule": 30.0},
     "convert-market-tick": {"task": "convert.market_tick", "schedule": CONVERT_MARKET_TICK_SECONDS},
     "fund-collection-retry": {"task": "subaccounts.retry_stuck_collections", "schedule": 30.0},
+    # The dashboard's daily activity (exchange/dashboard/activity.py): folds postings older than
+    # DASHBOARD_ROLLUP_LAG_SECONDS into per-day counters.
+    "activity-rollup": {
+        "task": "exchange.activity_rollup",
+        "schedule": env.float("DASHBOARD_ROLLUP_SECONDS", default=60.0),
+    },
 }
 # In the embedded default a thread of the server runs the schedule above (exchange/scheduler.py).
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)

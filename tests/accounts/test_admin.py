@@ -41,7 +41,7 @@ def root(superuser) -> Client:
 
 @pytest.fixture
 def ops_user(make_user) -> User:
-    return _staff_in(make_user, "Operations")
+    return _staff_in(make_user, "Administrator")
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def ops(ops_user) -> Client:
 
 @pytest.fixture
 def support(make_user) -> Client:
-    return _staff_client(_staff_in(make_user, "Support (read-only)"))
+    return _staff_client(_staff_in(make_user, "Support"))
 
 
 @pytest.fixture
@@ -60,14 +60,14 @@ def customer(make_user) -> User:
 
 
 def _add_key(client: Client, user: User, **fields):
-    data = {"user": user.pk, "name": "admin-made", "ip_list": "", "_save": "Save", **fields}
+    data = {"user": user.pk, "name": "admin-made", "ip_list": "", "reason": "customer asked", "_save": "Save", **fields}
     return client.post(reverse("admin:accounts_apikey_add"), data)
 
 
 def _action(client: Client, model: str, action: str, pks: list[int]):
     return client.post(
         reverse(f"admin:{model}_changelist"),
-        {"action": action, "_selected_action": [str(pk) for pk in pks], "index": "0"},
+        {"action": action, "_selected_action": [str(pk) for pk in pks], "index": "0", "reason": "test reason"},
     )
 
 
@@ -180,7 +180,15 @@ def test_disabling_a_key_on_its_change_page(root, customer, make_key):
     api_key, secret = make_key(customer, types=["Enable Spot"])
     url = reverse("admin:accounts_apikey_change", args=[api_key.pk])
     response = root.post(
-        url, {"name": api_key.name, "types": ["Enable Spot"], "status": "NOT_ENABLE", "ip_list": "", "_save": "Save"}
+        url,
+        {
+            "name": api_key.name,
+            "types": ["Enable Spot"],
+            "status": "NOT_ENABLE",
+            "ip_list": "",
+            "reason": "leaked",
+            "_save": "Save",
+        },
     )
     assert response.status_code == 302, response.content[:500]
     assert_error(SignedClient(api_key.key, secret).get(API_KEYS), -2015, 401)
@@ -226,7 +234,7 @@ def test_operations_can_lift_a_ban(ops, client):
 
 def _switch_business(client: Client, business_type: str, is_on: bool):
     """Through the admin: change the row when there is one, otherwise add it."""
-    data = {"business_type": business_type, "_save": "Save"}
+    data = {"business_type": business_type, "reason": "maintenance", "_save": "Save"}
     if is_on:
         data["is_on"] = "on"
     row = BusinessStatus.objects.filter(business_type=business_type).first()
@@ -262,7 +270,8 @@ def test_operations_can_switch_a_business_off_on_a_fresh_install(ops, client):
 def test_operations_switch_an_existing_business_row_off(ops, ops_user, client):
     row = services.business_status_set(business_type="SPOT", is_on=True)
     response = ops.post(
-        reverse("admin:exchange_businessstatus_change", args=[row.pk]), {"business_type": "SPOT", "_save": "Save"}
+        reverse("admin:exchange_businessstatus_change", args=[row.pk]),
+        {"business_type": "SPOT", "reason": "maintenance", "_save": "Save"},
     )
     assert response.status_code == 302
     assert client.get(STATUS, {"businessType": "SPOT"}).json() == [{"businessType": "SPOT", "businessStatus": "off"}]
@@ -274,10 +283,10 @@ def test_operations_switch_an_existing_business_row_off(ops, ops_user, client):
 
 
 def test_roles_exist_after_migrate():
-    assert set(Group.objects.values_list("name", flat=True)) >= {"Operations", "Support (read-only)"}
-    ops_perms = set(Group.objects.get(name="Operations").permissions.values_list("codename", flat=True))
+    assert set(Group.objects.values_list("name", flat=True)) >= {"Administrator", "Support"}
+    ops_perms = set(Group.objects.get(name="Administrator").permissions.values_list("codename", flat=True))
     assert {"add_apikey", "change_apikey", "change_ratelimitban", "change_businessstatus"} <= ops_perms
-    support_perms = set(Group.objects.get(name="Support (read-only)").permissions.values_list("codename", flat=True))
+    support_perms = set(Group.objects.get(name="Support").permissions.values_list("codename", flat=True))
     assert support_perms
     assert all(codename.startswith("view_") for codename in support_perms)
 

@@ -1,5 +1,6 @@
 """The ledger's admin: assets are edited; balances, postings (with their entries), the change feed
-and check results are read-only; money moves only through the manual adjustment form."""
+and check results are read-only; money moves only through manual adjustments, proposed on the form
+and confirmed by a second staff member (tests/backoffice/test_four_eyes.py tests the rule itself)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from accounts import ledger
 from accounts.ledger.check import ledger_check
 from accounts.ledger.models import ManualAdjustment
 from accounts.models import Asset, Balance, BalanceChange, Entry, LedgerCheckRun, Posting, SystemRole, User
+from tests.support.staff import ADMINISTRATOR, staff_member
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
 
@@ -32,7 +34,7 @@ def root(superuser) -> Client:
 
 @pytest.fixture
 def ops_user(make_user) -> User:
-    return _staff_in(make_user, "Operations")
+    return _staff_in(make_user, "Administrator")
 
 
 @pytest.fixture
@@ -42,7 +44,7 @@ def ops(ops_user) -> Client:
 
 @pytest.fixture
 def support(make_user) -> Client:
-    return _client(_staff_in(make_user, "Support (read-only)"))
+    return _client(_staff_in(make_user, "Support"))
 
 
 @pytest.fixture
@@ -210,12 +212,28 @@ def test_posting_changelist_lists_postings(root, customer):
 
 
 def _adjust(
-    client: Client, account: User, asset: Asset, amount: str, reason: str = "goodwill credit", request_id=None, **kw
+    client: Client,
+    account: User,
+    asset: Asset,
+    amount: str,
+    reason: str = "goodwill credit",
+    request_id=None,
+    confirmer: Client | None = None,
+    **kw,
 ):
+    """Propose on the form as `client`; once proposed, confirm as `confirmer` (by default another
+    Administrator): the four-eyes flow. Returns the proposal's response when it was refused, else
+    the confirmation's."""
     data = {"account": account.pk, "asset": asset.pk, "amount": amount, "reason": reason, "_save": "Save"}
     if request_id is not None:
         data["request_id"] = request_id
-    return client.post(_url("manualadjustment", "add"), data, **kw)
+    proposed = client.post(_url("manualadjustment", "add"), data)
+    if proposed.status_code != 302:
+        return proposed
+    adjustment = ManualAdjustment.objects.order_by("-id").first()
+    confirmer = confirmer or _client(staff_member(ADMINISTRATOR))
+    decide = reverse("admin:accounts_manualadjustment_decide", args=[adjustment.pk])
+    return confirmer.post(decide, {"decision": "confirm", "reason": "checked"}, **kw)
 
 
 @pytest.mark.parametrize("who", ["root", "ops"])
@@ -237,11 +255,12 @@ def test_adjustment_credit_posts_against_equity(request, who, customer, btc):
     assert adjustment.amount == Decimal("0.25")
     assert adjustment.reason == "ticket 42: missed deposit"
     assert adjustment.created_by == actor
+    assert adjustment.decided_by not in (None, actor)  # confirmed by a second staff member
     posting = adjustment.posting
     assert posting.kind == "OTHERS"
     assert "ticket 42: missed deposit" in posting.memo
-    assert actor.email in posting.memo
-    assert posting.actor_id == actor.pk
+    assert adjustment.decided_by.email in posting.memo
+    assert posting.actor_id == adjustment.decided_by_id
     entries = sorted(posting.entries.values_list("account_id", "bucket", "side", "amount"))
     assert entries == sorted([(customer.id, "F", 1, Decimal("0.25")), (equity, "F", -1, Decimal("0.25"))])
     assert ledger_check().ok
@@ -279,7 +298,9 @@ def test_adjustment_debit_beyond_free_balance_is_refused_and_changes_nothing(ops
     )
     messages = [str(m) for m in response.context["messages"]]
     assert any("free balance is smaller than the debit" in m for m in messages), messages
-    assert _snapshot() == before
+    after = _snapshot()
+    assert after[:3] + after[4:] == before[:3] + before[4:]  # no posting, entry, change or balance
+    assert ManualAdjustment.objects.get().status == "PROPOSED"  # the refused confirmation left it proposed
     assert _balance(customer.id) == (Decimal("1.5"), Decimal("0.5"))
     assert ledger_check().ok
 
@@ -359,15 +380,18 @@ def test_the_same_adjustment_form_submitted_twice_posts_once(ops, customer, btc)
 
 
 def test_adjustment_service_with_a_request_id_is_idempotent(superuser, customer, btc):
-    from accounts.ledger.services import adjustment_create
+    from accounts.ledger.services import adjustment_confirm, adjustment_propose
 
     request_id = uuid.uuid4()
-    first = adjustment_create(
-        account=customer, asset=btc, amount=Decimal("1"), reason="r", created_by=superuser, request_id=request_id
+    first = adjustment_propose(
+        account=customer, asset=btc, amount=Decimal("1"), reason="r", proposed_by=superuser, request_id=request_id
     )
-    again = adjustment_create(
-        account=customer, asset=btc, amount=Decimal("1"), reason="r", created_by=superuser, request_id=request_id
+    again = adjustment_propose(
+        account=customer, asset=btc, amount=Decimal("1"), reason="r", proposed_by=superuser, request_id=request_id
     )
     assert again.pk == first.pk
     assert ManualAdjustment.objects.count() == 1
+    assert first.posting_id is None  # proposed: nothing posted yet
+    adjustment_confirm(adjustment_id=first.pk, confirmed_by=staff_member(ADMINISTRATOR), reason="ok")
+    assert _balance(customer.id) == (Decimal("2.5"), Decimal("0.5"))
     assert ledger_check().ok

@@ -44,13 +44,13 @@ def root(db):
 
 @pytest.fixture
 def operations(make_user):
-    user = staff_in(make_user, "Operations")
+    user = staff_in(make_user, "Administrator")
     return user, logged_in(user)
 
 
 @pytest.fixture
 def support(make_user):
-    return logged_in(staff_in(make_user, "Support (read-only)"))
+    return logged_in(staff_in(make_user, "Support"))
 
 
 @pytest.mark.parametrize("model", ["market", "pair", "quote", "order"])

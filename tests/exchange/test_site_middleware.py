@@ -119,7 +119,13 @@ def test_admin_login_needs_the_csrf_token_and_keeps_a_session(client):
     token = CSRF_INPUT.search(browser.get(changelist).content).group(1).decode()
     done = browser.post(
         changelist,
-        {"action": "lift_bans", "_selected_action": [str(ban.pk)], "index": "0", "csrfmiddlewaretoken": token},
+        {
+            "action": "lift_bans",
+            "_selected_action": [str(ban.pk)],
+            "index": "0",
+            "reason": "customer fixed their client",
+            "csrfmiddlewaretoken": token,
+        },
         follow=True,
     )
     assert done.status_code == 200

@@ -29,7 +29,7 @@ def superuser(db) -> User:
 
 @pytest.fixture
 def ops_user(make_user) -> User:
-    return _staff_in(make_user, "Operations")
+    return _staff_in(make_user, "Administrator")
 
 
 @pytest.fixture
@@ -69,6 +69,7 @@ def _crafted_post(user: User, **extra) -> dict:
         "is_staff": "on",
         "groups": [str(group.pk) for group in Group.objects.all()],
         "user_permissions": [str(Permission.objects.get(codename="delete_user").pk)],
+        "reason": "test reason",  # a change is audited
         "_save": "Save",
     }
     data.update(extra)
@@ -106,7 +107,7 @@ def test_operator_sees_the_privilege_fields_of_a_customer_read_only(ops, custome
 
 def test_operator_cannot_make_themselves_superuser_with_a_crafted_post(ops, ops_user):
     before = _privileges(ops_user)
-    assert before == (True, False, ["Operations"], [])
+    assert before == (True, False, ["Administrator"], [])
     response = ops.post(_change_url(ops_user), _crafted_post(ops_user, phone="+639170000123"))
     assert response.status_code == 302, response.content[:800]
     assert _privileges(ops_user) == before
@@ -131,7 +132,7 @@ def test_operator_cannot_create_a_privileged_account(ops):
         "password2": "Pw-for-tests-123",
         "is_superuser": "on",
         "is_staff": "on",
-        "groups": [str(Group.objects.get(name="Operations").pk)],
+        "groups": [str(Group.objects.get(name="Administrator").pk)],
         "_save": "Save",
     }
     response = ops.post(reverse("admin:accounts_user_add"), data)
@@ -165,7 +166,7 @@ def test_operator_cannot_change_a_superusers_password(ops, superuser):
 
 
 def test_operator_cannot_edit_another_staff_member(ops, make_user):
-    colleague = _staff_in(make_user, "Support (read-only)")
+    colleague = _staff_in(make_user, "Support")
     before = _privileges(colleague)
     response = ops.post(_change_url(colleague), _crafted_post(colleague, email="hijacked@test.example"))
     assert response.status_code == 403
@@ -194,7 +195,7 @@ def test_superuser_sees_and_sets_the_privilege_fields(superuser, ops_user):
 
     response = root.post(_change_url(ops_user), _crafted_post(ops_user))
     assert response.status_code == 302, response.content[:800]
-    assert _privileges(ops_user) == (True, True, ["Operations", "Support (read-only)"], ["delete_user"])
+    assert _privileges(ops_user) == (True, True, ["Administrator", "Support", "Treasury"], ["delete_user"])
 
     response = root.post(
         _change_url(ops_user), _crafted_post(ops_user, is_superuser="", is_staff="", groups=[], user_permissions=[])
@@ -205,10 +206,10 @@ def test_superuser_sees_and_sets_the_privilege_fields(superuser, ops_user):
 
 def test_superuser_edits_their_own_permission_fields(superuser):
     root = _logged_in(superuser)
-    support = Group.objects.get(name="Support (read-only)")
+    support = Group.objects.get(name="Support")
     response = root.post(_change_url(superuser), _crafted_post(superuser, groups=[str(support.pk)]))
     assert response.status_code == 302, response.content[:800]
-    assert _privileges(superuser) == (True, True, ["Support (read-only)"], ["delete_user"])
+    assert _privileges(superuser) == (True, True, ["Support"], ["delete_user"])
 
 
 # --- roles -------------------------------------------------------------------------------------
@@ -223,9 +224,9 @@ def test_no_role_holds_a_permission_outside_our_apps():
 @pytest.mark.parametrize("model", ["auth.group", "auth.permission", "sessions.session"])
 def test_sync_roles_refuses_a_grant_on_djangos_own_apps(monkeypatch, model):
     grants = {name: dict(value) for name, value in roles.ROLES.items()}
-    grants["Operations"]["change"] = [*grants["Operations"]["change"], model]
+    grants["Administrator"]["change"] = [*grants["Administrator"]["change"], model]
     monkeypatch.setattr(roles, "ROLES", grants)
-    before = set(Group.objects.get(name="Operations").permissions.values_list("pk", flat=True))
+    before = set(Group.objects.get(name="Administrator").permissions.values_list("pk", flat=True))
     with pytest.raises(ImproperlyConfigured, match=model):
         roles.sync_roles()
-    assert set(Group.objects.get(name="Operations").permissions.values_list("pk", flat=True)) == before
+    assert set(Group.objects.get(name="Administrator").permissions.values_list("pk", flat=True)) == before

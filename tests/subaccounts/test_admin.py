@@ -23,16 +23,18 @@ USERS = reverse("admin:accounts_user_changelist")
 
 @pytest.fixture
 def operations(make_user):
-    return logged_in(staff_in(make_user, "Operations"))
+    return logged_in(staff_in(make_user, "Administrator"))
 
 
 @pytest.fixture
 def support(make_user):
-    return logged_in(staff_in(make_user, "Support (read-only)"))
+    return logged_in(staff_in(make_user, "Support"))
 
 
 def _act(client, action: str, *users: User):
-    return client.post(USERS, {"action": action, "_selected_action": [u.pk for u in users]}, follow=True)
+    return client.post(
+        USERS, {"action": action, "_selected_action": [u.pk for u in users], "reason": "test reason"}, follow=True
+    )
 
 
 def test_a_masters_page_lists_its_sub_accounts_with_links(family, other_family, operations):
@@ -113,7 +115,14 @@ def test_a_key_created_for_a_sub_account_belongs_to_it_and_works(family, operati
     assert re.search(rf'name="user"[^>]*value="{sub.pk}"', form), "the sub-account is filled in"
     response = operations.post(
         reverse("admin:accounts_apikey_add"),
-        {"user": sub.pk, "name": "ops-made", "types": ["Enable Crypto Wallet"], "status": "ENABLE", "ip_list": ""},
+        {
+            "user": sub.pk,
+            "name": "ops-made",
+            "types": ["Enable Crypto Wallet"],
+            "status": "ENABLE",
+            "ip_list": "",
+            "reason": "master asked",
+        },
     )
     assert response.status_code == 200, response.content[:500]
     key = ApiKey.objects.get(user=sub, name="ops-made")

@@ -362,7 +362,7 @@ def test_records_size_default_and_bounds(family):
 # --- the admin ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role", ["Operations", "Support (read-only)"])
+@pytest.mark.parametrize("role", ["Administrator", "Support"])
 def test_the_admin_shows_tasks_with_their_outcomes_read_only(
     rich_family, make_user, role, django_capture_on_commit_callbacks
 ):

@@ -46,7 +46,7 @@ def root(superuser) -> Client:
 
 @pytest.fixture
 def support(make_user) -> Client:
-    return _client(_staff_in(make_user, "Support (read-only)"))
+    return _client(_staff_in(make_user, "Support"))
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def awaiting(demo_master, settings) -> Withdrawal:
 def _action(client: Client, model: str, action: str, pks: list[int]):
     return client.post(
         reverse(f"admin:wallet_{model}_changelist"),
-        {"action": action, "_selected_action": [str(pk) for pk in pks], "index": "0"},
+        {"action": action, "_selected_action": [str(pk) for pk in pks], "index": "0", "reason": "test reason"},
     )
 
 
@@ -304,7 +304,13 @@ def test_travel_rule_page(root, superuser, demo_master):
     assert deposit.status == DepositStatus.NEED_FILL_DATA
 
     response = root.post(
-        page, {"originator_name": "Juan dela Cruz", "originator_address": "Makati", "originator_vasp": "Other VASP"}
+        page,
+        {
+            "originator_name": "Juan dela Cruz",
+            "originator_address": "Makati",
+            "originator_vasp": "Other VASP",
+            "reason": "sender's VASP sent it",
+        },
     )
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:wallet_deposit_change", args=[deposit.pk])
@@ -315,7 +321,7 @@ def test_travel_rule_page(root, superuser, demo_master):
     assert _usdt(demo_master)[0] == free + 20
     # No link any more; posting again changes nothing.
     assert page.encode() not in root.get(reverse("admin:wallet_deposit_change", args=[deposit.pk])).content
-    root.post(page, {"originator_name": "Someone else"})
+    root.post(page, {"originator_name": "Someone else", "reason": "again"})
     deposit.refresh_from_db()
     assert deposit.travel_rule_data["originator_name"] == "Juan dela Cruz"
     assert _usdt(demo_master)[0] == free + 20
@@ -331,7 +337,7 @@ def test_travel_rule_then_confirmations(root, demo_master, settings):
     deposit = Deposit.objects.get()
     assert deposit.status == DepositStatus.NEED_FILL_DATA
     free, _ = _usdt(demo_master)
-    root.post(reverse("admin:wallet_deposit_travel_rule", args=[deposit.pk]), {"originator_name": "A"})
+    root.post(reverse("admin:wallet_deposit_travel_rule", args=[deposit.pk]), {"originator_name": "A", "reason": "r"})
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.PROCESSING
     advance_blocks(3, network="TRX")
@@ -494,7 +500,7 @@ def test_support_cannot_add_whitelist_entries(support, demo_master):
 def test_operations_staff_run_the_wallet(make_user, demo_master, awaiting, django_capture_on_commit_callbacks):
     """Operators (the Operations group, not only superusers) approve withdrawals, fill travel-rule
     data, switch networks and manage the whitelist: the issue has operators do all four."""
-    ops = _client(_staff_in(make_user, "Operations"))
+    ops = _client(_staff_in(make_user, "Administrator"))
     with django_capture_on_commit_callbacks(execute=True):
         _action(ops, "withdrawal", "approve", [awaiting.pk])
     awaiting.refresh_from_db()

@@ -5,6 +5,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from exchange.api.errors import InsufficientBalance
+from exchange.services import staff_action, summary
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services
 
@@ -63,10 +64,18 @@ class TransferAdmin(admin.ModelAdmin):
             self.message_user(request, "This transfer was already reversed.", messages.WARNING)
             return redirect("admin:wallet_transfer_change", pk)
         if request.method == "POST" and form.is_valid():
+            reason = form.cleaned_data["reason"]
             try:
-                services.transfer_reverse(
-                    transfer=transfer, reversed_by=request.user, reason=form.cleaned_data["reason"]
-                )
+                with staff_action(
+                    actor=request.user,
+                    action="transfer.reverse",
+                    reason=reason,
+                    target=transfer,
+                    before=summary(transfer),
+                ) as draft:
+                    draft.after = summary(
+                        services.transfer_reverse(transfer=transfer, reversed_by=request.user, reason=reason)
+                    )
             except InsufficientBalance:
                 self.message_user(request, "Refused: the recipient no longer holds the amount.", messages.ERROR)
             else:

@@ -1,0 +1,153 @@
+"""The admin's safety (docs/operations.md, "Staff sessions and the admin's safety"):
+
+- `AdminHostsMiddleware`: with ADMIN_HOSTS set, the admin answers only on those hosts; on any other
+  (the public API's hosts) its paths are a plain 404, as if it did not exist.
+- `ThrottledAdminLoginForm`: failed logins are counted per client IP and per username in the
+  rate-limit storage (Redis in the full stack, shared by every process); past the limits the login
+  is refused with a clear message, whatever the password, until the window has passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.admin import helpers
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.core.exceptions import ValidationError
+from django.http import Http404
+from django.urls import reverse
+from limits import RateLimitItemPerSecond
+from limits.strategies import FixedWindowRateLimiter
+
+from exchange.api import ratelimit
+from exchange.api.middleware import client_ip
+from exchange.services import REASON_REQUIRED
+
+
+@lru_cache(maxsize=1)
+def admin_prefix() -> str:
+    return reverse("admin:index")
+
+
+def is_admin_path(path_info: str) -> bool:
+    return path_info.startswith(admin_prefix())
+
+
+def admin_host_allowed(host: str) -> bool:
+    allowed = [name.strip().lower() for name in settings.ADMIN_HOSTS if name.strip()]
+    if not allowed:
+        return True
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host  # drop the port
+    return name.lower() in allowed
+
+
+class AdminHostsMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if settings.ADMIN_HOSTS and is_admin_path(request.path_info) and not admin_host_allowed(request.get_host()):
+            raise Http404("Not found.")
+        return self.get_response(request)
+
+
+# --- login throttling ------------------------------------------------------------------------------
+
+LOGIN_REFUSED = (
+    "Too many failed logins from this address or for this account. Login is refused for now: "
+    "try again in %(minutes)s minute(s), or ask an administrator."
+)
+
+
+def _limiter() -> FixedWindowRateLimiter:
+    return FixedWindowRateLimiter(ratelimit.storage())
+
+
+def _items() -> tuple[RateLimitItemPerSecond, RateLimitItemPerSecond]:
+    window = settings.ADMIN_LOGIN_WINDOW_SECONDS
+    return (
+        RateLimitItemPerSecond(settings.ADMIN_LOGIN_FAILURES_PER_IP, window, namespace="admin-login-ip"),
+        RateLimitItemPerSecond(settings.ADMIN_LOGIN_FAILURES_PER_USERNAME, window, namespace="admin-login-user"),
+    )
+
+
+def _username_key(username: str) -> str:
+    # Hashed: the storage never holds the typed e-mail addresses (or passwords typed into the field).
+    return hashlib.sha256(username.strip().lower().encode()).hexdigest()[:32]
+
+
+def login_allowed(*, ip: str, username: str) -> bool:
+    per_ip, per_user = _items()
+    limiter = _limiter()
+    return limiter.test(per_ip, ip) and limiter.test(per_user, _username_key(username))
+
+
+def login_failed(*, ip: str, username: str) -> None:
+    per_ip, per_user = _items()
+    limiter = _limiter()
+    limiter.hit(per_ip, ip)
+    limiter.hit(per_user, _username_key(username))
+
+
+class ThrottledAdminLoginForm(AdminAuthenticationForm):
+    """The admin's login form, counting failures (admin.site.login_form, set in exchange/admin.py)."""
+
+    def clean(self):
+        username = self.cleaned_data.get("username") or ""
+        ip = getattr(self.request, "client_ip", None) or client_ip(self.request.META)
+        if not login_allowed(ip=ip, username=username):
+            minutes = max(1, settings.ADMIN_LOGIN_WINDOW_SECONDS // 60)
+            raise ValidationError(LOGIN_REFUSED, code="throttled", params={"minutes": minutes})
+        try:
+            return super().clean()
+        except ValidationError:
+            login_failed(ip=ip, username=username)
+            raise
+
+
+# --- reasons for the admin's actions ---------------------------------------------------------------
+
+
+class ReasonActionForm(helpers.ActionForm):
+    """The changelist's action bar with a reason field: every action that changes something records
+    why (exchange.services.staff_action) and is refused without one."""
+
+    reason = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Reason",
+        widget=forms.TextInput(attrs={"size": 40, "placeholder": "why (required, audited)"}),
+    )
+
+
+def action_reason(model_admin, request) -> str | None:
+    """The reason sent with a changelist action, or None after telling the user it is required."""
+    reason = (request.POST.get("reason") or "").strip()
+    if not reason:
+        model_admin.message_user(request, REASON_REQUIRED, messages.ERROR)
+        return None
+    return reason
+
+
+class ReasonFormMixin(forms.Form):
+    """A required reason on an admin change form that acts on money or permissions."""
+
+    reason = forms.CharField(
+        max_length=500,
+        widget=forms.TextInput(attrs={"size": 60}),
+        help_text="Why you make this change; kept in the audit trail with your name.",
+    )
+
+
+class ReasonFieldAdmin:
+    """For a ModelAdmin whose form has a `reason` field: the field is left out of a page the user
+    may only view (a read-only page has nothing to give a reason for), and put last."""
+
+    def get_fields(self, request, obj=None):
+        fields = [name for name in super().get_fields(request, obj) if name != "reason"]
+        may_write = self.has_change_permission(request, obj) if obj is not None else self.has_add_permission(request)
+        return [*fields, "reason"] if may_write else fields

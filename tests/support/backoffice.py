@@ -1,0 +1,64 @@
+"""The back office's world for its tests: a customer with USDT on TRX and a whitelisted address,
+a withdrawal waiting for approval, a deposit held for travel-rule data (NEED_FILL_DATA), and a ban.
+Everything is made through the services, as the customer's own requests would make it."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from itertools import count
+
+from django.test import override_settings
+
+from accounts.models import User
+from exchange.api import ratelimit
+from exchange.models import RateLimitBan
+from tests.support.factories import NetworkFactory, WhitelistAddressFactory, customer
+from wallet import services as wallet_services
+from wallet.models import Deposit, DepositStatus, Withdrawal, WithdrawalStage
+
+_tx_ids = count(1)
+
+
+def usdt_customer(funding: str = "1000", **user):
+    """A customer holding `funding` USDT, with a whitelisted TRX address (tests.support.factories.Customer)."""
+    made = customer(funding={"USDT": funding} if Decimal(funding) else {}, **user)
+    WhitelistAddressFactory(account=made.user, network=NetworkFactory(coin__code="USDT", network="TRX"))
+    return made
+
+
+def awaiting_withdrawal(user: User, amount: str = "10") -> Withdrawal:
+    """A USDT withdrawal waiting for an operator (the approval threshold lowered to 1 PHP)."""
+    entry = user.withdraw_whitelist.get(network__network="TRX")
+    with override_settings(WITHDRAWAL_APPROVAL_THRESHOLD=Decimal(1)):
+        withdrawal = wallet_services.withdrawal_apply(
+            account=user,
+            coin="USDT",
+            network="TRX",
+            address=entry.address,
+            tag="",
+            amount=Decimal(amount),
+            withdraw_order_id=None,
+        )
+    assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
+    return withdrawal
+
+
+def held_deposit(user: User, amount: str = "20") -> Deposit:
+    """A confirmed USDT deposit held for travel-rule data (threshold lowered to 1 PHP)."""
+    with override_settings(TRAVEL_RULE_THRESHOLD=Decimal(1)):
+        address = wallet_services.deposit_address_get(account=user, coin="USDT", network="TRX")
+        deposit = wallet_services.deposit_record(
+            network=address.network,
+            tx_id=f"{next(_tx_ids) + Deposit.objects.count():064x}",
+            output_index=0,
+            address=address.address,
+            tag=address.tag,
+            amount=Decimal(amount),
+            confirmations=100,
+        )
+    assert deposit.status == DepositStatus.NEED_FILL_DATA
+    return deposit
+
+
+def banned_ip(ip: str = "192.0.2.77") -> RateLimitBan:
+    return ratelimit.rate_limit_ban_create(ip=ip, reason="continued after 429")
