@@ -244,6 +244,18 @@ class UserAdmin(DjangoUserAdmin):
         return obj is None or may_edit_user(request.user, obj)
 
 
+class ShownOnce(str):
+    """A new key's secret on its creation page: rendered as itself, represented as a mask. Django
+    writes the whole template context (every dict's repr) into the django.template logger's DEBUG
+    line for each variable the admin's templates fail to look up (`subtitle`, ...): with LOG_LEVEL
+    at DEBUG the plain secret went to the logs (found by tests/security/test_secrets_in_logs.py)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'<secret: shown on this page only>'"
+
+
 class ApiKeyForm(forms.ModelForm):
     types = forms.MultipleChoiceField(
         choices=ApiKeyType.choices,
@@ -350,7 +362,7 @@ class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "api_key": obj,
-            "secret": secret,
+            "secret": ShownOnce(secret),
             "opts": self.model._meta,
             "title": "API key created",
         }

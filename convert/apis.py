@@ -23,6 +23,7 @@ from exchange.api.views import GatewayApi
 
 class ConvertApi(GatewayApi):
     http_method_names = ["post"]
+    convert_envelope = True  # refusals of the convert rules are 200 in the envelope (the OpenAPI document says so)
     security = Security.TRADE
     key_type = ApiKeyType.CONVERT
     ip_weight = 1
