@@ -176,6 +176,9 @@ class Listener:
     def __init__(self, url: str) -> None:
         self.url = url
         self.positions: list[tuple[float, int, dict]] = []  # (received ms, posting time u ms, balances)
+        # received - E: E is when the websocket server's hub dispatched the posting (after its ordering),
+        # so this is the server's fan-out and the network, and u..E the rest (locks, commit, publish).
+        self.from_hub: list[float] = []
         self.updates = 0
         self.closed_with: int | None = None
         self._task: asyncio.Task | None = None
@@ -193,6 +196,7 @@ class Listener:
                 kind = event.get("e")
                 if kind == "outboundAccountPosition":
                     self.positions.append((received, int(event["u"]), {b["a"]: b["f"] for b in event["B"]}))
+                    self.from_hub.append(received - int(event["E"]))
                 elif kind == "balanceUpdate":
                     self.updates += 1
         except ConnectionClosed as exc:
