@@ -198,7 +198,14 @@ def _admin_pages(world: dict, seen: Exposure, make_superuser) -> str:
     owner = world["master"].user
     created = admin.post(
         reverse("admin:accounts_apikey_add"),
-        {"user": owner.pk, "name": "desk", "types": [ApiKeyType.SPOT], "ip_list": "", "_save": "Save"},
+        {
+            "user": owner.pk,
+            "name": "desk",
+            "types": [ApiKeyType.SPOT],
+            "ip_list": "",
+            "reason": "a desk key for the secrets test",
+            "_save": "Save",
+        },
     )
     assert created.status_code == 200, created.content[:300]
     secret = SECRET_RE.search(created.content.decode()).group(1)  # the creation page: the one place
@@ -220,7 +227,7 @@ def _admin_pages(world: dict, seen: Exposure, make_superuser) -> str:
     for action in ("disable_keys", "enable_keys"):
         page = admin.post(
             reverse("admin:accounts_apikey_changelist"),
-            {"action": action, "_selected_action": [str(api_key.pk)], "index": "0"},
+            {"action": action, "_selected_action": [str(api_key.pk)], "index": "0", "reason": "secrets test"},
             follow=True,
         )
         seen.see(f"admin action {action}", page.content)
