@@ -7,13 +7,23 @@ process keeps keyrings in memory:
 - an entry lives at most API_KEY_CACHE_SECONDS (default 10);
 - any save or delete of an ApiKey or a User evicts that account's keyring at once in this process
   and, after commit, in every process through a Redis pub/sub message (signals in apps.py);
+- the same after-commit step appends the account to the *revocation log* in Redis (a counter and a
+  sorted set, one Lua script, so entries are never seen out of order), which a thread of every
+  process reads every API_KEY_REVOCATION_SECONDS / 4 (one round trip, off the request path); a
+  process trusts its cached keyrings only while its last complete read of the log started less
+  than API_KEY_REVOCATION_SECONDS (1) ago, else it reloads from the database. Pub/sub messages
+  are fire-and-forget (a subscriber that reconnects, or a publish that fails, loses them): the log
+  is what bounds a revocation to API_KEY_REVOCATION_SECONDS in every process. The request path
+  pays one comparison of two floats for it;
 - a key's secret is decrypted when its keyring is loaded and kept only as a keyed HMAC
   (`KeyRecord.signer`, left out of repr): decrypting it on every request cost about 5% of a
   request's CPU, and a process that can be read can already decrypt every secret with the
   encryption keys it holds, so this exposes nothing more. The database keeps them encrypted.
 
 So a disabled key is refused immediately by the process that disabled it and within milliseconds
-by the others; if the pub/sub connection is down, within API_KEY_CACHE_SECONDS at worst.
+by the others; if the pub/sub message is lost, within API_KEY_REVOCATION_SECONDS. Only a process
+that dies between its commit and its after-commit step (it writes neither) leaves the others on
+API_KEY_CACHE_SECONDS at worst.
 """
 
 from __future__ import annotations
@@ -21,8 +31,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import math
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -38,6 +50,26 @@ from exchange.api.signing import signer
 logger = logging.getLogger(__name__)
 
 INVALIDATE_CHANNEL = "exchange:keyring:invalidate"
+# The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)
+# and a sorted set of "account:sequence" scored by sequence, trimmed to LOG_LENGTH entries.
+LOG_KEYS = ("exchange:keyring:seq", "exchange:keyring:log-id", "exchange:keyring:log")
+LOG_LENGTH = 100_000
+_LOG_APPEND = """
+redis.call('SET', KEYS[2], ARGV[2], 'NX')
+local n = redis.call('INCR', KEYS[1])
+redis.call('ZADD', KEYS[3], n, ARGV[1] .. ':' .. string.format('%d', n))
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', n - tonumber(ARGV[3]))
+return n
+"""
+# Returns {log id, sequence, [members after ARGV[1]]}; no members (only the sequence) when the
+# reader is further behind than the log is long: it must then forget everything.
+_LOG_READ = """
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+local id = redis.call('GET', KEYS[2]) or ''
+local last = tonumber(ARGV[1])
+if n <= last or n - last > tonumber(ARGV[2]) then return {id, n} end
+return {id, n, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], '+inf')}
+"""
 MAX_KEYRINGS = 50_000
 _USER_FIELDS = tuple(f.attname for f in User._meta.concrete_fields)
 
@@ -157,11 +189,24 @@ class KeyringCache:
         self._generation: dict[int, int] = {}
         self._subscriber: threading.Thread | None = None
         self._subscribed = threading.Event()
+        # The revocation log as this process last read it (only the reader thread writes these).
+        self._log_reader: threading.Thread | None = None
+        self._log_position: tuple[str, int] | None = None  # (log id, sequence)
+        # Cached keyrings are used until then: the start of the last complete read of the log plus
+        # API_KEY_REVOCATION_SECONDS; forever without Redis (one process). A float, so that the
+        # request path reads no setting (a setting costs ~3 us, this check ~0.1 us).
+        self._trust_until = -math.inf
+        self._synced = threading.Event()
+
+    def _fresh(self, ring: Keyring | None, now: float) -> bool:
+        """Whether a cached keyring may be used: not expired and, with Redis (several processes),
+        this process read the revocation log recently enough."""
+        return ring is not None and ring.expires_at > now and now < self._trust_until
 
     def _get(self, user_id: int) -> Keyring | None:
         with self._lock:
             ring = self._keyrings.get(user_id)
-            if ring is not None and ring.expires_at > time.monotonic():
+            if self._fresh(ring, time.monotonic()):
                 self._keyrings.move_to_end(user_id)
                 return ring
         return None
@@ -195,7 +240,7 @@ class KeyringCache:
         with self._lock:
             user_id = self._owner.get(key)
             ring = self._keyrings.get(user_id) if user_id is not None else None
-        return ring is not None and ring.expires_at > time.monotonic()
+        return self._fresh(ring, time.monotonic())
 
     def lookup(self, key: str) -> tuple[Keyring, KeyRecord] | None:
         """The keyring and record of an API key, or None for an unknown key (never cached)."""
@@ -240,20 +285,64 @@ class KeyringCache:
         self.evict(user_id)
         if not settings.REDIS_URL:
             return
+        try:  # the log first: it is what bounds the revocation when the message below is lost
+            _log_client().eval(_LOG_APPEND, len(LOG_KEYS), *LOG_KEYS, user_id, uuid.uuid4().hex, LOG_LENGTH)
+        except Exception:
+            logger.exception("Could not append a keyring invalidation to the revocation log")
         try:
             _redis().publish(INVALIDATE_CHANNEL, str(user_id))
         except Exception:
             logger.exception("Could not publish a keyring invalidation")
 
+    def sync(self) -> None:
+        """Read the revocation log from where this process left it and evict what it names."""
+        started = time.monotonic()
+        last = self._log_position[1] if self._log_position is not None else 0
+        reply = _log_client().eval(_LOG_READ, len(LOG_KEYS), *LOG_KEYS, last, LOG_LENGTH)
+        log_id, sequence = _text(reply[0]), int(reply[1])
+        members = reply[2] if len(reply) > 2 else []
+        if self._log_position is None or self._log_position[0] != log_id or sequence < last:
+            self.clear()  # first read, or a new log (Redis lost its data): anything may have changed
+        elif sequence > last and not members:
+            self.clear()  # further behind than the log is long
+        else:
+            for account in {int(_text(member).split(":", 1)[0]) for member in members}:
+                self.evict(account)
+        self._log_position = (log_id, sequence)
+        self._trust_until = started + settings.API_KEY_REVOCATION_SECONDS
+        self._synced.set()
+
+    def _read_log(self) -> None:
+        interval = settings.API_KEY_REVOCATION_SECONDS / 4
+        failing = False
+        while True:
+            started = time.monotonic()
+            try:
+                self.sync()
+                failing = False
+            except Exception:
+                if not failing:  # once per outage; the cache is not trusted meanwhile (_fresh)
+                    logger.exception("Cannot read the keyring revocation log; keys come from the database")
+                failing = True
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
     def _ensure_subscriber(self) -> None:
-        if self._subscriber is not None or not settings.REDIS_URL:
+        if not settings.REDIS_URL:
+            self._trust_until = math.inf  # one process: every change evicts here at once
+            return
+        if self._trust_until == math.inf:  # Redis configured since (tests): trust the log again
+            self._trust_until = -math.inf
+        if self._subscriber is not None:
             return
         with self._lock:
             if self._subscriber is None:
                 self._subscriber = threading.Thread(target=self._listen, name="keyring-invalidation", daemon=True)
                 self._subscriber.start()
-        # Cache nothing before we hear invalidations (bounded: the TTL still applies without them).
+                self._log_reader = threading.Thread(target=self._read_log, name="keyring-revocation-log", daemon=True)
+                self._log_reader.start()
+        # Cache nothing before we hear invalidations (bounded: without them, nothing cached is used).
         self._subscribed.wait(timeout=1.0)
+        self._synced.wait(timeout=1.0)
 
     def _listen(self) -> None:
         first = True
@@ -274,6 +363,22 @@ class KeyringCache:
 
 
 _redis_client = None
+_log_redis_client = None
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _log_client():
+    """The revocation log's own client, with short timeouts: a stuck read must not hold the reader
+    (the cache stops being trusted API_KEY_REVOCATION_SECONDS after the last complete read)."""
+    global _log_redis_client
+    if _log_redis_client is None:
+        import redis
+
+        _log_redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+    return _log_redis_client
 
 
 def _redis():

@@ -36,6 +36,7 @@ class Lease:
 class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._deletions = 0  # keys deleted (closed or revoked): the watchers' cue
         self._keys: dict[str, tuple[int, float]] = {}
         self._active: dict[int, str] = {}
         self._conns: dict[str, set[str]] = defaultdict(set)
@@ -81,7 +82,11 @@ class MemoryStore:
             self._keys.pop(key, None)
             if account is not None and self._active.get(account) == key:
                 self._active.pop(account, None)
+            self._deletions += 1
             return account
+
+    def deletions(self) -> int:
+        return self._deletions
 
     def ttl(self, key: str) -> float | None:
         with self._lock:
@@ -146,6 +151,7 @@ class RedisStore:
     PREFIX = "streams:lk:"
     ACTIVE = "streams:active:"
     CONNS = "streams:conns:"
+    DELETIONS = "streams:deletions"
 
     def __init__(self, url: str) -> None:
         import redis
@@ -187,7 +193,13 @@ class RedisStore:
         self.redis.delete(self.PREFIX + key)
         if account is not None and self.redis.get(self.ACTIVE + str(account)) == key:
             self.redis.delete(self.ACTIVE + str(account))
+        self.redis.incr(self.DELETIONS)  # after the delete: a watcher that sees it sees the key gone
         return account
+
+    def deletions(self) -> int:
+        """How many keys were deleted (closed or revoked), ever: a watcher that sees this change
+        checks its connections' keys at once (streams/watcher.py)."""
+        return int(self.redis.get(self.DELETIONS) or 0)
 
     def ttl(self, key: str) -> float | None:
         millis = self.redis.pttl(self.PREFIX + key)

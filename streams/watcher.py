@@ -1,11 +1,14 @@
 """One watcher per server event loop for all its websocket connections: every
-STREAM_KEY_CHECK_SECONDS it looks up every connection's listenKeys (one MGET) and the current
-sequence of every account the process's hub follows (one query), in one hop to a thread, then tells
-each connection whose key died (it closes, or drops a further key) and the hub which accounts have
-changes committed beyond what it dispatched (it catches each up from the change feed once for all
-the process's connections: the backstop for messages the channel layer dropped). In the same hop,
-every third of a lease, it renews the leases that count the process's connections in the
-per-listenKey and per-IP caps (one pipeline, store.py).
+STREAM_KEY_CHECK_SECONDS, and at once (within STREAM_REVOCATION_CHECK_SECONDS, one GET of the
+store's deletion counter) when a listenKey was deleted anywhere, it looks up every connection's
+listenKeys (one MGET) and the current sequence of every account the process's hub follows (one
+query), in one hop to a thread, then tells each connection whose key died (it closes, or drops a
+further key) and the hub which accounts have changes committed beyond what it dispatched (it
+catches each up from the change feed once for all the process's connections: the backstop for
+messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
+that count the process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
+The deletion counter bounds a revocation whose close message the channel layer lost to about
+STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often.
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.
@@ -44,6 +47,14 @@ def _look_up(keys: list[str], accounts: list[int]) -> tuple[dict[str, int | None
     return owners, seqs
 
 
+def _deletions() -> int | None:
+    try:
+        return store().deletions()
+    except Exception:  # the check itself reports a store that cannot be reached
+        logger.debug("Could not read the listenKey deletion counter", exc_info=True)
+        return None
+
+
 def _renew_and_look_up(
     leases: list[Lease] | None, keys: list[str], accounts: list[int]
 ) -> tuple[dict[str, int | None], dict[int, int]]:
@@ -78,10 +89,19 @@ class KeyWatcher:
             self.task = None
 
     async def _run(self) -> None:
+        checked_at = time.monotonic()
+        deletions = None
         while True:
-            await asyncio.sleep(settings.STREAM_KEY_CHECK_SECONDS)
+            await asyncio.sleep(min(settings.STREAM_REVOCATION_CHECK_SECONDS, settings.STREAM_KEY_CHECK_SECONDS))
             try:
-                await self.check()
+                # A key deleted anywhere (revoked, closed): check now rather than at the next round,
+                # so a lost close message delays a revocation by this short interval only.
+                seen = await database_sync_to_async(_deletions)()
+                moved = None not in (seen, deletions) and seen != deletions
+                deletions = seen
+                if moved or time.monotonic() - checked_at >= settings.STREAM_KEY_CHECK_SECONDS:
+                    checked_at = time.monotonic()
+                    await self.check()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -50,6 +50,10 @@ STREAM_MAX_MESSAGE_CHARS = env.int("STREAM_MAX_MESSAGE_CHARS", default=100_000)
 STREAM_MAX_CONNECTION_SECONDS = env.int("STREAM_MAX_CONNECTION_SECONDS", default=24 * 3600)
 # How often a connection re-checks that its listenKeys are alive (expiry closes the stream).
 STREAM_KEY_CHECK_SECONDS = env.float("STREAM_KEY_CHECK_SECONDS", default=5.0)
+# How often each server's watcher reads the store's revocation counter (one GET), checking every
+# connection's keys at once when a key was deleted anywhere: closes bounded even when the
+# channel-layer message that closes them is lost.
+STREAM_REVOCATION_CHECK_SECONDS = env.float("STREAM_REVOCATION_CHECK_SECONDS", default=0.25)
 # The relay's sweeper: how often it looks for change-feed rows nobody published, and how old they
 # must be (the committing process publishes its own at once; this catches crashes and, in the
 # embedded default, postings made by other processes).
@@ -65,6 +69,7 @@ STREAM_MAX_PENDING_FRAMES = env.int("STREAM_MAX_PENDING_FRAMES", default=2000)
 # How long a process may use its cached copy of an account's API keys when the Redis invalidation
 # message is lost (accounts/keyring.py); changes made through the ORM evict at once.
 API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)
+API_KEY_REVOCATION_SECONDS = env.float("API_KEY_REVOCATION_SECONDS", default=1.0)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 # Where the rate-limit counters live: Redis when configured, else this process's memory.

@@ -1,0 +1,116 @@
+"""The keyring's revocation log (accounts/keyring.py): a revocation reaches another process's cache
+within API_KEY_REVOCATION_SECONDS even when the pub/sub message is lost, and a process that cannot
+read the log stops trusting its cache. Real Redis and real transactions (the log is written after
+commit). The several-process measurement is tests/security/test_revocation_bound.py."""
+
+import sys
+import time
+
+import pytest
+from django.test import override_settings
+
+import accounts.keyring as keyring_module
+from accounts import services
+from accounts.keyring import LOG_KEYS, KeyringCache
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _warm(cache: KeyringCache, key: str) -> None:
+    cache.lookup(key)
+    deadline = time.monotonic() + 3
+    while not cache.cached(key):  # the reader's first read (it starts clean) may follow the load
+        assert time.monotonic() < deadline, "the cache never trusted the key"
+        cache.lookup(key)
+        time.sleep(0.02)
+
+
+def _seconds_until_refused(cache: KeyringCache, key: str, limit: float = 3.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        found = cache.lookup(key)
+        if found is None or not found[1].is_enabled:
+            return time.monotonic() - started
+        time.sleep(0.01)
+    pytest.fail(f"the other process still accepted the key after {limit} s")
+
+
+@pytest.fixture
+def publish_lost(monkeypatch):
+    """Every pub/sub eviction message of this test is lost (the revoking side never sends it)."""
+    monkeypatch.setattr(keyring_module._redis(), "publish", lambda *args, **kwargs: 0)
+
+
+def test_a_disabled_key_is_refused_by_another_process_when_the_message_is_lost(
+    make_user, make_key, publish_lost, capsys
+):
+    api_key, _ = make_key(make_user())
+    other_process = KeyringCache()  # its own listener and log reader, as in another worker
+    _warm(other_process, api_key.key)
+
+    services.api_key_set_status(api_key=api_key, enabled=False)  # commits; the message is lost
+
+    seconds = _seconds_until_refused(other_process, api_key.key)
+    with capsys.disabled():
+        sys.stdout.write(f"\n  disabled key, pub/sub lost: another process refused it after {seconds * 1000:.0f} ms\n")
+    assert seconds < 1.0
+
+
+def test_without_the_log_a_lost_message_would_leave_the_key_cached(make_user, make_key, publish_lost, monkeypatch):
+    """The control: the same loss with the log's append switched off leaves the other process
+    trusting its cache (until API_KEY_CACHE_SECONDS), which is what the log is for."""
+    api_key, _ = make_key(make_user())
+    other_process = KeyringCache()
+    _warm(other_process, api_key.key)
+    monkeypatch.setattr(keyring_module, "_LOG_APPEND", "return 0")
+    services.api_key_set_status(api_key=api_key, enabled=False)
+    time.sleep(0.6)
+    assert other_process.cached(api_key.key)
+
+
+def test_a_process_that_cannot_read_the_log_stops_trusting_its_cache(make_user, make_key, monkeypatch):
+    """E.g. Redis unreachable from this process, or the reader thread starved: a revocation could be
+    missed, so keys come from the database until the log is read again."""
+    api_key, _ = make_key(make_user())
+    other_process = KeyringCache()
+    _warm(other_process, api_key.key)
+    real_client = keyring_module._log_client
+
+    def unreachable():
+        raise ConnectionError("Redis unreachable")
+
+    monkeypatch.setattr(keyring_module, "_log_client", unreachable)
+    time.sleep(1.1)
+    assert not other_process.cached(api_key.key)
+    assert other_process.lookup(api_key.key)[1].is_enabled  # still served, from the database
+    monkeypatch.setattr(keyring_module, "_log_client", real_client)
+    _warm(other_process, api_key.key)  # trusted again once the log is read
+
+
+def test_without_redis_one_process_trusts_its_cache(make_user, make_key):
+    api_key, _ = make_key(make_user())
+    with override_settings(REDIS_URL=""):  # one process, no Redis: every change evicts here at once
+        cache = KeyringCache()
+        cache.lookup(api_key.key)
+        assert cache.cached(api_key.key)
+
+
+def test_a_new_log_after_redis_lost_its_data_clears_the_cache(make_user, make_key):
+    api_key, _ = make_key(make_user())
+    other_process = KeyringCache()
+    _warm(other_process, api_key.key)
+    keyring_module._log_client().delete(*LOG_KEYS)  # Redis restarted empty
+    services.api_key_set_status(api_key=api_key, enabled=True)  # a new log (sequence 1)
+    other_process.sync()
+    assert not other_process._keyrings
+
+
+def test_a_reader_further_behind_than_the_log_is_long_starts_clean(make_user, make_key, monkeypatch):
+    api_key, _ = make_key(make_user())
+    other_process = KeyringCache()
+    _warm(other_process, api_key.key)
+    log_id, sequence = other_process._log_position
+    keyring_module._log_client().set(LOG_KEYS[0], sequence + keyring_module.LOG_LENGTH + 5)
+    other_process.sync()
+    assert not other_process._keyrings
+    assert other_process._log_position == (log_id, sequence + keyring_module.LOG_LENGTH + 5)
