@@ -47,6 +47,16 @@ POOL_WS = 4
 POOL_CELERY = 2
 POOL_BEAT = 1
 
+# What a client may send (docs/api.md, "Request size"): nginx's body bounds (the gateway's
+# API_MAX_BODY_BYTES and Django's DATA_UPLOAD_MAX_MEMORY_SIZE, which refuse the same when nginx is not
+# in front), the seconds nginx gives a client to send its headers, and between two reads of a body
+# (STACK_CLIENT_TIMEOUT), and Daphne's bound on one websocket frame and one message from a client
+# (above the application's STREAM_MAX_MESSAGE_CHARS, 100,000: a SUBSCRIBE of 1024 listenKeys).
+MAX_API_BODY_BYTES = 16 * 1024
+MAX_BODY_BYTES = 64 * 1024
+CLIENT_TIMEOUT_SECONDS = 10
+WS_MAX_MESSAGE_BYTES = 128 * 1024
+
 
 def _int_env(env: dict[str, str], name: str, default: int) -> int:
     value = env.get(name, "").strip()
@@ -66,6 +76,7 @@ class Layout:
     run_dir: Path
     beat: bool = True
     rest_app: str = "exchange.wsgi:application"  # STACK_REST_APP: a diagnostic wrapper (bench/_phases.py)
+    client_timeout: int = CLIENT_TIMEOUT_SECONDS  # STACK_CLIENT_TIMEOUT
 
     @classmethod
     def from_env(cls, env: dict[str, str], port: int | None = None, run_dir: Path | None = None) -> Layout:
@@ -83,6 +94,7 @@ class Layout:
             run_dir=run_dir or Path(env.get("STACK_RUN_DIR") or ROOT / "var" / "stack"),
             beat=env.get("STACK_BEAT", "true").lower() not in ("0", "false", "no", "off"),
             rest_app=env.get("STACK_REST_APP") or "exchange.wsgi:application",
+            client_timeout=_int_env(env, "STACK_CLIENT_TIMEOUT", CLIENT_TIMEOUT_SECONDS),
         )
 
     @property
@@ -149,12 +161,19 @@ http {{
     uwsgi_temp_path {run}/nginx-uwsgi;
     scgi_temp_path {run}/nginx-scgi;
     server_tokens off;
-    # Bounds on what a client sends (docs/operations.md): a request line or header over 16 KB gets
-    # 414/400 here, a body over 2.5 MB 413 (Django's DATA_UPLOAD_MAX_MEMORY_SIZE would refuse it too).
-    large_client_header_buffers 4 16k;
-    client_max_body_size 2560k;
-    client_body_timeout 30s;
-    client_header_timeout 30s;
+    # Bounds on what a client sends (docs/api.md, "Request size"): a request line over 8 KB gets 414,
+    # a header line over 8 KB or headers over 32 KB 400, a body over 16 KB (/openapi/) or 64 KB (the
+    # admin) 413; a client that takes longer than {layout.client_timeout} s to send its headers, or
+    # between two reads of its body, is dropped: nginx reads the whole request before a backend sees
+    # it, so a slow client never holds a REST thread. Every refusal is the JSON envelope
+    # {{code: -1010, msg}} with nginx's 4XX status.
+    large_client_header_buffers 4 8k;
+    client_max_body_size {MAX_BODY_BYTES // 1024}k;
+    client_body_buffer_size {MAX_BODY_BYTES // 1024}k;  # a body never goes to a temporary file
+    client_body_timeout {layout.client_timeout}s;
+    client_header_timeout {layout.client_timeout}s;
+    send_timeout 30s;
+    proxy_connect_timeout 5s;
     keepalive_timeout 75s;
     keepalive_requests 100000;
     upstream rest {{
@@ -171,6 +190,31 @@ http {{
     }}
     server {{
         listen 127.0.0.1:{layout.port} reuseport backlog=4096;
+        # (URIs, not named locations: a request line too long to parse has no URI to redirect from.)
+        error_page 400 494 /_refused/400;
+        error_page 408 /_refused/408;
+        error_page 413 /_refused/413;
+        error_page 414 /_refused/414;
+        location = /_refused/400 {{
+            internal;
+            default_type application/json;
+            return 400 '{{"code":-1010,"msg":"Malformed request: headers too large or not HTTP."}}';
+        }}
+        location = /_refused/408 {{
+            internal;
+            default_type application/json;
+            return 408 '{{"code":-1010,"msg":"Request not received in time."}}';
+        }}
+        location = /_refused/413 {{
+            internal;
+            default_type application/json;
+            return 413 '{{"code":-1010,"msg":"Request body too large."}}';
+        }}
+        location = /_refused/414 {{
+            internal;
+            default_type application/json;
+            return 414 '{{"code":-1010,"msg":"Request line too long."}}';
+        }}
         # (proxy_set_header is not inherited by a location that sets any: each sets all of its own.)
         location /openapi/ws/ {{
             proxy_pass http://ws;
@@ -191,6 +235,18 @@ http {{
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_buffering off;
             proxy_read_timeout 60s;
+            proxy_send_timeout 30s;
+        }}
+        location /openapi/ {{
+            client_max_body_size {MAX_API_BODY_BYTES // 1024}k;
+            proxy_pass http://rest;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_buffering off;
+            proxy_read_timeout 60s;
+            proxy_send_timeout 30s;
         }}
     }}
 }}
@@ -243,6 +299,10 @@ def programs(layout: Layout, *, nginx: str | None = None) -> list[Program]:
                 "20",
                 "--ping-timeout",
                 "30",
+                "--websocket-max-frame-size",
+                str(WS_MAX_MESSAGE_BYTES),
+                "--websocket-max-message-size",
+                str(WS_MAX_MESSAGE_BYTES),
                 "--no-server-name",
                 "exchange.asgi:application",
             ],

@@ -100,6 +100,21 @@ class BadRequest(ExchangeError):
     message = "Bad request."
 
 
+class RequestTooLarge(BadRequest):
+    """A body or query string over the gateway's bounds (API_MAX_BODY_BYTES, API_MAX_QUERY_BYTES;
+    docs/api.md, "Request size"): -1010 with 413 or 414, refused before the body is read."""
+
+    http_status = 413
+    message = "Request too large."
+
+
+class QueryTooLong(RequestTooLarge):
+    """A query string over API_MAX_QUERY_BYTES (-1010, 414)."""
+
+    http_status = 414
+    message = "Request line too long."
+
+
 class NotFound(ExchangeError):
     """An unknown `/openapi/` path or resource: NotFound(what)."""
 
@@ -388,7 +403,7 @@ def _translate(exc: Exception, method: str) -> ExchangeError:
     if isinstance(exc, Http404 | drf_exceptions.NotFound):
         return NotFound("the requested resource")
     if isinstance(exc, RequestDataTooBig):
-        return BadRequest(msg="Request body too large.")
+        return RequestTooLarge(msg="Request body too large.")
     if isinstance(exc, drf_exceptions.ParseError | SuspiciousOperation | UnicodeDecodeError):
         return BadRequest(msg="Malformed request.")
     if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):

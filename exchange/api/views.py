@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django.conf import settings
 from django.core.handlers.wsgi import WSGIRequest
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -23,7 +24,7 @@ from rest_framework.views import APIView
 
 from accounts.keyring import keyrings
 from exchange.api.auth import SIGNING_PARAMS, EndpointAuth, RawRequest, Security, authenticate
-from exchange.api.errors import ApiKeyTypeWrong, BadRequest, MethodNotAllowed, NotFound
+from exchange.api.errors import ApiKeyTypeWrong, BadRequest, MethodNotAllowed, NotFound, QueryTooLong, RequestTooLarge
 from exchange.api.params import ParamSpec, body_pairs_from, is_json, merge_params, split_pairs
 from exchange.api.ratelimit import apply_weight_headers, charge
 
@@ -32,6 +33,22 @@ _JSON_RENDERER = JSONRenderer()  # stateless: one instance serves every request
 _PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
 _DEFAULT_HEADERS: dict[type, dict[str, str]] = {}
 _ENDPOINT_AUTH: dict[type, dict[str, EndpointAuth]] = {}  # per view class and method: declarations only
+
+
+def _check_size(meta: dict, query: str) -> None:
+    """A signed request is small (docs/api.md, "Request size"): a query string over
+    API_MAX_QUERY_BYTES is refused with 414, a body announced over API_MAX_BODY_BYTES with 413, both
+    -1010 and before the body is read (the front, nginx, refuses them earlier with the same answer)."""
+    if len(query) > settings.API_MAX_QUERY_BYTES:
+        raise QueryTooLong(
+            msg=f"Request line too long: the query string is limited to {settings.API_MAX_QUERY_BYTES} bytes."
+        )
+    try:
+        length = int(meta.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise BadRequest(msg="Malformed Content-Length.") from None
+    if length > settings.API_MAX_BODY_BYTES:
+        raise RequestTooLarge(msg=f"Request body too large: at most {settings.API_MAX_BODY_BYTES} bytes.")
 
 
 class GatewayApi(APIView):
@@ -72,6 +89,7 @@ class GatewayApi(APIView):
         method = request.method
         ip_weight, uid_weight = self.option("ip_weight", method), self.option("uid_weight", method)
         try:
+            _check_size(http_request.META, http_request.META.get("QUERY_STRING", ""))  # before anything else
             super().initial(request, *args, **kwargs)  # content negotiation may refuse: charged too
             if method.lower() not in self.http_method_names or not hasattr(self, method.lower()):
                 raise MethodNotAllowed(method)

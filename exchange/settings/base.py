@@ -38,6 +38,13 @@ RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 2
 QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
 LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
+# Request size (docs/api.md, "Request size"; nginx in exchange/stack.py refuses the same earlier): a
+# signed /openapi/ request's body and query string; Django's own bound on any body it reads (the
+# admin's forms included) and on the fields of a form it parses.
+API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=16 * 1024)
+API_MAX_QUERY_BYTES = env.int("API_MAX_QUERY_BYTES", default=8 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=64 * 1024)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = env.int("DATA_UPLOAD_MAX_NUMBER_FIELDS", default=1000)
 STREAM_MAX_STREAMS_PER_CONNECTION = 1024
 # Websocket bounds (docs/streams.md): connections per listenKey and per client IP (across every
 # server process), client messages per second per connection, longest client message. A server

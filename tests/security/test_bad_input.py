@@ -29,9 +29,13 @@ def client(db):
 def test_deeply_nested_json_is_bad_input_and_charged(db):
     anonymous = Client()
     for expected_weight in (1, 2):
-        response = anonymous.generic("GET", PING, data="[" * 100_000, content_type="application/json")
+        response = anonymous.generic("GET", PING, data="[" * 10_000, content_type="application/json")
         assert_error(response, -1010, 400)
         assert response[USED_WEIGHT_HEADER] == str(expected_weight)
+    # Deeper still, the body is over API_MAX_BODY_BYTES (16 KB): refused for its size (413), charged too.
+    response = anonymous.generic("GET", PING, data="[" * 100_000, content_type="application/json")
+    assert_error(response, -1010, 413)
+    assert response[USED_WEIGHT_HEADER] == "3"
 
 
 def test_any_failure_is_charged_and_a_banned_ip_stays_banned(db, settings, monkeypatch):
