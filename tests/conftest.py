@@ -7,6 +7,7 @@ import json
 from io import StringIO
 
 import pytest
+from channels.layers import channel_layers
 from django.core.management import call_command
 
 from accounts.keyring import keyrings
@@ -29,6 +30,11 @@ def _fresh_rate_limits():
     forget_cached_ids()
     clear_all()  # cached reference data of rolled-back tests
     forget_listen_keys()  # account ids restart in a new test database: old keys would point at them
+    # A new channel layer per test: each test runs in its own event loop, and a Redis layer that
+    # outlived a test whose receives were cancelled (the streams hub lets go of its receive without
+    # waiting) may keep that loop's receive state; in whole-suite runs a later test's loop then
+    # waited for ever at teardown (never alone). Production has one layer per process and loop.
+    channel_layers.backends.clear()
     yield
     ratelimit.storage().reset()
 
