@@ -299,6 +299,10 @@ def programs(layout: Layout, *, nginx: str | None = None) -> list[Program]:
                 "20",
                 "--ping-timeout",
                 "30",
+                # A storm of handshakes (300 at once) can take the hub longer than Daphne's 5 s default
+                # to accept; past it Daphne drops the socket without an HTTP answer.
+                "--websocket_connect_timeout",
+                "30",
                 "--websocket-max-frame-size",
                 str(WS_MAX_MESSAGE_BYTES),
                 "--websocket-max-message-size",

@@ -41,7 +41,7 @@ from wallet.transfers import services as transfer_services
 
 ERROR_MODULES = (exchange.api.errors, accounts.errors, wallet.errors, convert.errors, subaccounts.errors)
 # 200 only for the convert envelope (its status says how it went); everything else a 4xx or 5xx.
-VALID_STATUSES = {400, 401, 404, 405, 418, 429, 500, 503}
+VALID_STATUSES = {413, 414, 400, 401, 404, 405, 418, 429, 500, 503}
 
 
 def every_error_class() -> list[type[ExchangeError]]:

@@ -223,7 +223,9 @@ def daphne(
     demo `world` it was loaded with."""
     port = free_port()
     args = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-    args += ["--ping-interval", str(ping_interval), "--ping-timeout", str(ping_timeout), "exchange.asgi:application"]
+    args += ["--ping-interval", str(ping_interval), "--ping-timeout", str(ping_timeout)]
+    # As exchange/stack.py: a storm of handshakes may take the app longer than Daphne's 5 s default.
+    args += ["--websocket_connect_timeout", "30", "exchange.asgi:application"]
     with process(args, env, "daphne") as proc:
         wait_for_port(port, proc)
         yield Server(port, env, proc.proc, proc.log, world)
