@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -145,8 +146,32 @@ def nginx_binary() -> str:
     return "/usr/sbin/nginx"
 
 
+# What nginx itself refuses, answered in the gateway's envelope (-1010, the spec's bad request), by status.
+NGINX_REFUSALS = {
+    400: "Malformed request: headers too large or not HTTP.",
+    408: "Request not received in time.",
+    413: "Request body too large.",
+    414: "Request line too long.",
+}
+
+
+def _refusal_locations() -> str:
+    """nginx's error pages for NGINX_REFUSALS (494: request header too large, answered as 400)."""
+    lines = [f"        error_page {'400 494' if code == 400 else code} /_refused/{code};" for code in NGINX_REFUSALS]
+    for status, msg in NGINX_REFUSALS.items():
+        lines += [
+            f"        location = /_refused/{status} {{",
+            "            internal;",
+            "            default_type application/json;",
+            f"            return {status} '{json.dumps({'code': -1010, 'msg': msg}, separators=(',', ':'))}';",
+            "        }",
+        ]
+    return "\n".join(lines)
+
+
 def nginx_conf(layout: Layout) -> str:
     run = layout.run_dir
+    refusals = _refusal_locations()
     ws_servers = "\n".join(f"        server 127.0.0.1:{port};" for port in layout.ws_ports)
     return f"""# Written by exchange/stack.py at every start; edit that file, not this one.
 worker_processes 1;
@@ -191,30 +216,7 @@ http {{
     server {{
         listen 127.0.0.1:{layout.port} reuseport backlog=4096;
         # (URIs, not named locations: a request line too long to parse has no URI to redirect from.)
-        error_page 400 494 /_refused/400;
-        error_page 408 /_refused/408;
-        error_page 413 /_refused/413;
-        error_page 414 /_refused/414;
-        location = /_refused/400 {{
-            internal;
-            default_type application/json;
-            return 400 '{{"code":-1010,"msg":"Malformed request: headers too large or not HTTP."}}';
-        }}
-        location = /_refused/408 {{
-            internal;
-            default_type application/json;
-            return 408 '{{"code":-1010,"msg":"Request not received in time."}}';
-        }}
-        location = /_refused/413 {{
-            internal;
-            default_type application/json;
-            return 413 '{{"code":-1010,"msg":"Request body too large."}}';
-        }}
-        location = /_refused/414 {{
-            internal;
-            default_type application/json;
-            return 414 '{{"code":-1010,"msg":"Request line too long."}}';
-        }}
+{refusals}
         # (proxy_set_header is not inherited by a location that sets any: each sets all of its own.)
         location /openapi/ws/ {{
             proxy_pass http://ws;

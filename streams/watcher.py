@@ -23,6 +23,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
@@ -96,7 +97,8 @@ class KeyWatcher:
             try:
                 # A key deleted anywhere (revoked, closed): check now rather than at the next round,
                 # so a lost close message delays a revocation by this short interval only.
-                seen = await database_sync_to_async(_deletions)()
+                # One Redis GET: off the thread the connections' database work queues on.
+                seen = await sync_to_async(_deletions, thread_sensitive=False)()
                 moved = None not in (seen, deletions) and seen != deletions
                 deletions = seen
                 if moved or time.monotonic() - checked_at >= settings.STREAM_KEY_CHECK_SECONDS:

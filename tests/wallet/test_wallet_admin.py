@@ -7,13 +7,13 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.conf import settings
 from django.test import Client
 from django.urls import reverse
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
 from tests.support.assertions import assert_error
+from tests.support.backoffice import held_deposit
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
 from wallet import services
@@ -91,7 +91,7 @@ def _action(client: Client, model: str, action: str, pks: list[int]):
 
 
 def test_wallet_pages_open(root, demo_master, awaiting):
-    deposit = _need_fill_data(demo_master)
+    deposit = held_deposit(demo_master)
     entry = WhitelistAddress.objects.filter(account=demo_master).first()
     network = Network.objects.get(coin__code="USDT", network="TRX")
     for url in (
@@ -267,30 +267,8 @@ def test_reject_a_queued_withdrawal(root, demo_master, django_capture_on_commit_
 # --- deposits: travel rule ---------------------------------------------------------------------
 
 
-def _need_fill_data(user: User, amount: str = "20") -> Deposit:
-    """A confirmed deposit of 20 USDT (1160 PHP) recorded while the travel-rule threshold was
-    1000 PHP."""
-    previous = settings.TRAVEL_RULE_THRESHOLD
-    settings.TRAVEL_RULE_THRESHOLD = Decimal("1000")
-    try:
-        address = services.deposit_address_get(account=user, coin="USDT", network="TRX")
-        deposit = services.deposit_record(
-            network=address.network,
-            tx_id=f"{Deposit.objects.count() + 1:064x}",
-            output_index=0,
-            address=address.address,
-            tag=address.tag,
-            amount=Decimal(amount),
-            confirmations=10,
-        )
-    finally:
-        settings.TRAVEL_RULE_THRESHOLD = previous
-    assert deposit.status == DepositStatus.NEED_FILL_DATA
-    return deposit
-
-
 def test_travel_rule_page(root, superuser, demo_master):
-    deposit = _need_fill_data(demo_master)
+    deposit = held_deposit(demo_master)
     free, _ = _usdt(demo_master)
     page = reverse("admin:wallet_deposit_travel_rule", args=[deposit.pk])
     assert page == f"/admin/wallet/deposit/{deposit.pk}/travel-rule/"
@@ -432,7 +410,7 @@ def test_whitelist_form_tag_rules(root, demo_master):
 
 
 def test_support_can_look(support, awaiting, demo_master):
-    deposit = _need_fill_data(demo_master)
+    deposit = held_deposit(demo_master)
     for url in (
         reverse("admin:wallet_network_changelist"),
         reverse("admin:wallet_whitelistaddress_changelist"),
@@ -479,7 +457,7 @@ def test_support_cannot_switch_networks(support, root):
 
 
 def test_support_cannot_fill_travel_rule(support, demo_master):
-    deposit = _need_fill_data(demo_master)
+    deposit = held_deposit(demo_master)
     page = reverse("admin:wallet_deposit_travel_rule", args=[deposit.pk])
     assert support.get(page).status_code == 403
     assert support.post(page, {"originator_name": "x"}).status_code == 403
@@ -505,7 +483,7 @@ def test_operations_staff_run_the_wallet(make_user, demo_master, awaiting, djang
         _action(ops, "withdrawal", "approve", [awaiting.pk])
     awaiting.refresh_from_db()
     assert awaiting.stage == WithdrawalStage.SUCCEEDED
-    deposit = _need_fill_data(demo_master)
+    deposit = held_deposit(demo_master)
     assert ops.get(reverse("admin:wallet_deposit_travel_rule", args=[deposit.pk])).status_code == 200
     trx = Network.objects.get(coin__code="USDT", network="TRX")
     assert _add_entry(ops, demo_master, trx, "TNewCo1dWa11etAddress1111111111111").status_code == 302
