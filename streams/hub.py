@@ -399,6 +399,8 @@ class Hub:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if cancelling():  # a library turned our cancellation into another error: stop anyway
+                    raise
                 logger.exception("The stream hub could not receive; retrying")
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
@@ -522,6 +524,8 @@ class Hub:
         except asyncio.CancelledError:
             raise
         except Exception:
+            if cancelling():
+                raise
             logger.exception("Could not read account %s's rows %s-%s; retrying", feed.account, first, upto)
             feed.filling = None
             feed.progress_at = time.monotonic() + RETRY_SECONDS - gap_wait_seconds()
@@ -748,6 +752,12 @@ def _retrieve(task: asyncio.Task) -> None:
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Hub]] = weakref.WeakKeyDictionary()
+
+
+def cancelling() -> bool:
+    """Whether the current task has been asked to stop (Task.cancelling: Python 3.11+)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def hub_for(layer) -> Hub:

@@ -107,6 +107,8 @@ class KeyWatcher:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                if hub.cancelling():  # a library turned our cancellation into another error
+                    raise
                 logger.exception("Checking the streams' listenKeys failed; retrying")
 
     async def check(self) -> None:

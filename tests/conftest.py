@@ -15,9 +15,20 @@ from accounts.ledger.posting import forget_asset_ids
 from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
 from exchange.ttlcache import clear_all
+from tests.support import loop_teardown
 from tests.support.client import SignedClient
 from tests.support.factories import ApiKeyFactory, UserFactory
 from tests.support.streams import forget_listen_keys
+
+loop_teardown.install()  # each async test's loop ends within seconds, or the test errors with the stuck tasks
+
+
+def pytest_terminal_summary(terminalreporter):
+    if loop_teardown.SLOW_TEARDOWNS:
+        terminalreporter.write_line(
+            f"{len(loop_teardown.SLOW_TEARDOWNS)} event loop(s) needed more than one round of cancellation at "
+            f"teardown (at most {max(loop_teardown.SLOW_TEARDOWNS)})"
+        )
 
 
 @pytest.fixture(autouse=True)
