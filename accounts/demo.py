@@ -26,6 +26,14 @@ ASSETS = [
     ("USDT", "Tether USD", 6, "0.01", False, "58"),
     ("PHP", "Philippine peso", 2, "1", True, "1"),
 ]
+# `demo --customers K` (the simulation's world, scripts/simulate.py): K more customers, each a master
+# with one virtual sub-account, their own keys and this funding; wallet.demo whitelists their withdrawals.
+CUSTOMER_EMAIL = "customer{n}@sim.demo.exchange"
+CUSTOMER_SUB_EMAIL = "customer{n}.sub@sim.demo.exchange"
+CUSTOMER_FUNDING = {
+    "master": {"BTC": "2", "ETH": "50", "USDT": "50000", "PHP": "500000"},
+    "sub": {"BTC": "0.2", "ETH": "5", "USDT": "5000", "PHP": "50000"},
+}
 FUNDING = {
     "master": {"BTC": "10", "ETH": "100", "USDT": "100000", "PHP": "1000000"},
     "sub": {"BTC": "1", "ETH": "10", "USDT": "1000", "PHP": "10000"},
@@ -47,8 +55,8 @@ def _assets() -> None:
         )
 
 
-def _fund(role: str, user: User) -> None:
-    for code, amount in FUNDING[role].items():
+def _fund(role: str, user: User, funding: dict[str, dict[str, str]] = FUNDING) -> None:
+    for code, amount in funding[role].items():
         funding_post(account=user, asset_code=code, amount=Decimal(amount), reference=f"demo:fund:{user.email}:{code}")
 
 
@@ -67,8 +75,27 @@ def _key(user: User, name: str, types: list[str] | None = None) -> tuple[str, st
     return api_key.key, decrypt_secret(api_key.secret_ciphertext)
 
 
-def load() -> dict[str, dict]:
-    """Users, keys, assets and funding; returns the demo accounts and their keys by role."""
+def customer_emails(count: int) -> list[str]:
+    return [CUSTOMER_EMAIL.format(n=n) for n in range(1, count + 1)]
+
+
+def _customers(count: int) -> list[dict]:
+    found = []
+    for n in range(1, count + 1):
+        master = _user(CUSTOMER_EMAIL.format(n=n), None)
+        sub = _user(CUSTOMER_SUB_EMAIL.format(n=n), None, master=master)
+        entry = {}
+        for role, user in (("master", master), ("sub", sub)):
+            _fund(role, user, CUSTOMER_FUNDING)
+            key, secret = _key(user, "simulation")
+            entry[role] = {"email": user.email, "api_key": key, "secret_key": secret}
+        found.append(entry)
+    return found
+
+
+def load(customers: int = 0) -> dict[str, dict]:
+    """Users, keys, assets and funding; returns the demo accounts and their keys by role (and, with
+    `customers`, the simulation's customers under "customers")."""
     master = _user(**MASTER)
     sub = _user(**SUB, master=master)
     peer = _user(**PEER)
@@ -79,7 +106,8 @@ def load() -> dict[str, dict]:
     _assets()
     for role, user in (("master", master), ("sub", sub), ("peer", peer)):
         _fund(role, user)
-    return {
+    world = {"customers": _customers(customers)} if customers else {}
+    return world | {
         "master": {
             "email": master.email,
             "phone": master.phone,

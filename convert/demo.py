@@ -32,7 +32,7 @@ PRECISION = {"BTC": 8, "ETH": 8, "USDT": 6, "PHP": 2}
 LIQUIDITY = {"BTC": "50", "ETH": "800", "USDT": "5000000", "PHP": "250000000"}
 
 
-def load() -> dict[str, dict]:
+def load(customers: int = 0) -> dict[str, dict]:  # customers: accounts.demo's
     assets = {asset.code: asset for asset in Asset.objects.filter(code__in=PRECISION)}
     now = timezone.now()
     for base, quote, price, spread in MARKETS:

@@ -961,69 +961,79 @@ class Chaos:
     # --- the feed ---------------------------------------------------------------------------------------
 
     def peer_positions(self) -> list[dict]:
-        """Each posting that touched the peer, in sequence order: its first and last sequence and the
-        outboundAccountPosition it must produce (u, and free/locked of each row)."""
-        rows = self.book.rows(
-            "SELECT c.seq, c.posting_id, a.code, c.free_after, c.locked_after, c.created_at"
-            " FROM accounts_balancechange c JOIN accounts_asset a ON a.id = c.asset_id"
-            " WHERE c.account_id = %s ORDER BY c.seq",
-            [self.ids["peer"]],
-        )
-        positions: list[dict] = []
-        for seq, posting, code, free, locked, created in rows:
-            if positions and positions[-1]["posting"] == posting:
-                group = positions[-1]
-            else:
-                group = {"posting": posting, "first": seq, "rows": []}
-                positions.append(group)
-            group["last"] = seq
-            group["rows"].append((code, Decimal(free), Decimal(locked)))
-            group["u"] = int(created.timestamp() * 1000)
-        for group in positions:
-            group["key"] = (group["u"], tuple(group["rows"]))
-        return positions
+        return account_positions(self.book, self.ids["peer"])
 
     def judge_segment(self, segment: Segment) -> None:
-        """What one connection received against the feed: exactly the postings after its starting
-        point (somewhere in [seq_lo, seq_hi]) up to the end, or, for one the server closed, a gapless
-        run of them from that point."""
-        positions = self.final_positions
-        keys = [p["key"] for p in positions]
-        got = segment.feed.received
-        first_after_lo = next((i for i, p in enumerate(positions) if p["first"] > segment.seq_lo), len(positions))
-        first_after_hi = next((i for i, p in enumerate(positions) if p["first"] > segment.seq_hi), len(positions))
-        final = segment.closed is None
-        for start in range(first_after_lo, first_after_hi + 1):
-            expected = keys[start:] if final else keys[start : start + len(got)]
-            if got == expected:
-                if not final:
-                    segment.verdict = f"{len(got)} positions, a gapless run of the feed until the close"
-                elif got:
-                    segment.verdict = (
-                        f"{len(got)} positions, exactly the {len(got)} postings since it connected, in order, "
-                        "the last with the database's balance"
-                    )
-                else:
-                    segment.verdict = "no posting touched the peer since it connected, and it received nothing"
-                return
-        index: dict[tuple, int] = {}
-        for i, key in enumerate(keys):
-            index.setdefault(key, i)
-        seen = [index.get(key) for key in got]
-        unknown = sum(1 for i in seen if i is None)
-        known = [i for i in seen if i is not None]
-        duplicates = len(known) - len(set(known))
-        disorder = sum(1 for a, b in itertools.pairwise(known) if b <= a)
-        begin = min(first_after_hi, known[0]) if known else first_after_hi
-        end = len(keys) if final else (max(known) + 1 if known else begin)
-        missing = sorted(set(range(begin, end)) - set(known))
-        segment.ok = False
-        segment.verdict = (
-            f"{len(got)} positions against {end - begin} postings: missing {len(missing)}"
-            f"{' (seq ' + ', '.join(str(positions[i]['first']) for i in missing[:5]) + ')' if missing else ''}, "
-            f"duplicates {duplicates}, out of order {disorder}, not in the feed {unknown}; "
-            f"last received {'matches' if got and keys and got[-1] == keys[-1] else 'does NOT match'} the database"
-        )
+        judge_segment(self.final_positions, segment)
+
+
+# --- the feed, judged ---------------------------------------------------------------------------------
+
+
+def account_positions(book: Book, account_id: int) -> list[dict]:
+    """Each posting that touched the account, in sequence order: its first and last sequence and the
+    outboundAccountPosition it must produce (u, and free/locked of each row)."""
+    rows = book.rows(
+        "SELECT c.seq, c.posting_id, a.code, c.free_after, c.locked_after, c.created_at"
+        " FROM accounts_balancechange c JOIN accounts_asset a ON a.id = c.asset_id"
+        " WHERE c.account_id = %s ORDER BY c.seq",
+        [account_id],
+    )
+    positions: list[dict] = []
+    for seq, posting, code, free, locked, created in rows:
+        if positions and positions[-1]["posting"] == posting:
+            group = positions[-1]
+        else:
+            group = {"posting": posting, "first": seq, "rows": []}
+            positions.append(group)
+        group["last"] = seq
+        group["rows"].append((code, Decimal(free), Decimal(locked)))
+        group["u"] = int(created.timestamp() * 1000)
+    for group in positions:
+        group["key"] = (group["u"], tuple(group["rows"]))
+    return positions
+
+
+def judge_segment(positions: list[dict], segment: Segment) -> None:
+    """What one connection received against the feed: exactly the postings after its starting
+    point (somewhere in [seq_lo, seq_hi]) up to the end, or, for one the server closed, a gapless
+    run of them from that point."""
+    keys = [p["key"] for p in positions]
+    got = segment.feed.received
+    first_after_lo = next((i for i, p in enumerate(positions) if p["first"] > segment.seq_lo), len(positions))
+    first_after_hi = next((i for i, p in enumerate(positions) if p["first"] > segment.seq_hi), len(positions))
+    final = segment.closed is None
+    for start in range(first_after_lo, first_after_hi + 1):
+        expected = keys[start:] if final else keys[start : start + len(got)]
+        if got == expected:
+            if not final:
+                segment.verdict = f"{len(got)} positions, a gapless run of the feed until the close"
+            elif got:
+                segment.verdict = (
+                    f"{len(got)} positions, exactly the {len(got)} postings since it connected, in order, "
+                    "the last with the database's balance"
+                )
+            else:
+                segment.verdict = "no posting touched the peer since it connected, and it received nothing"
+            return
+    index: dict[tuple, int] = {}
+    for i, key in enumerate(keys):
+        index.setdefault(key, i)
+    seen = [index.get(key) for key in got]
+    unknown = sum(1 for i in seen if i is None)
+    known = [i for i in seen if i is not None]
+    duplicates = len(known) - len(set(known))
+    disorder = sum(1 for a, b in itertools.pairwise(known) if b <= a)
+    begin = min(first_after_hi, known[0]) if known else first_after_hi
+    end = len(keys) if final else (max(known) + 1 if known else begin)
+    missing = sorted(set(range(begin, end)) - set(known))
+    segment.ok = False
+    segment.verdict = (
+        f"{len(got)} positions against {end - begin} postings: missing {len(missing)}"
+        f"{' (seq ' + ', '.join(str(positions[i]['first']) for i in missing[:5]) + ')' if missing else ''}, "
+        f"duplicates {duplicates}, out of order {disorder}, not in the feed {unknown}; "
+        f"last received {'matches' if got and keys and got[-1] == keys[-1] else 'does NOT match'} the database"
+    )
 
 
 # --- checks -------------------------------------------------------------------------------------------

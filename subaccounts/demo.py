@@ -16,7 +16,7 @@ SUB2 = "sub2@demo.exchange"
 SUB2_FUNDING = {"BTC": "0.5", "USDT": "500", "PHP": "5000"}
 
 
-def load() -> dict[str, dict]:
+def load(customers: int = 0) -> dict[str, dict]:  # customers: accounts.demo's
     master = User.objects.get(email=MASTER["email"])
     if not master.is_whitelisted_master:
         master.is_whitelisted_master = True

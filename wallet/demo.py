@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from accounts.demo import MASTER
+from accounts.demo import MASTER, customer_emails
 from accounts.models import Asset, User
 from wallet.models import Network, WhitelistAddress
 
@@ -53,8 +53,10 @@ def _whitelist(user: User) -> None:
         )
 
 
-def load() -> dict[str, dict]:
-    """Networks and the master's whitelist; adds no account to the world."""
+def load(customers: int = 0) -> dict[str, dict]:
+    """Networks and the whitelist of the master (and of the simulation's customers); adds no account
+    to the world."""
     _networks()
-    _whitelist(User.objects.get(email=MASTER["email"]))
+    for email in [MASTER["email"], *customer_emails(customers)]:
+        _whitelist(User.objects.get(email=email))
     return {}

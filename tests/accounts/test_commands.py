@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -11,9 +12,11 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from accounts.crypto import decrypt_secret
+from accounts.demo import CUSTOMER_FUNDING
 from accounts.models import ApiKey, ApiKeyStatus, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
+from wallet.models import Network, WhitelistAddress
 
 pytestmark = pytest.mark.django_db
 
@@ -218,3 +221,23 @@ def test_apikey_disable_then_enable(make_user, make_key):
 def test_apikey_disable_of_an_unknown_key_fails():
     with pytest.raises(CommandError):
         run("apikey", "disable", "no-such-key")
+
+
+def test_demo_customers_for_the_simulation():
+    """`demo --customers K` (scripts/simulate.py's world): K masters with a sub-account each, keys for
+    both, funded through the ledger, their withdrawals whitelisted; idempotent like the rest."""
+    world = json.loads(run("demo", "--json", "--customers", "3"))
+    assert len(world["customers"]) == 3
+    for entry in world["customers"]:
+        master = User.objects.get(email=entry["master"]["email"])
+        sub = User.objects.get(email=entry["sub"]["email"])
+        assert sub.master == master
+        assert master.master is None
+        for user, role in ((master, "master"), (sub, "sub")):
+            assert ApiKey.objects.get(user=user, key=entry[role]["api_key"])
+            funded = {b.asset.code: b.free for b in user.balances.select_related("asset")}
+            assert funded == {code: Decimal(amount) for code, amount in CUSTOMER_FUNDING[role].items()}
+        assert WhitelistAddress.objects.filter(account=master).count() == Network.objects.count()
+    again = json.loads(run("demo", "--json", "--customers", "3"))
+    assert again == world
+    assert "customers" not in json.loads(run("demo", "--json"))

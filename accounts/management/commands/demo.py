@@ -21,6 +21,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="Print the demo accounts and keys as JSON.")
+        parser.add_argument(
+            "--customers",
+            type=int,
+            default=0,
+            help="Also K simulation customers (a master with a virtual sub-account each; scripts/simulate.py).",
+        )
 
     def handle(self, *args, **options):
         if (settings.SETTINGS_MODULE or os.environ.get("DJANGO_SETTINGS_MODULE", "")).endswith("production"):
@@ -28,10 +34,13 @@ class Command(BaseCommand):
         world: dict[str, dict] = {}  # role -> the demo account's email and keys
         with transaction.atomic():
             for path in settings.DEMO_LOADERS:
-                world.update(import_string(path)())
+                world.update(import_string(path)(customers=options["customers"]))
         if options["json"]:
             self.stdout.write(json.dumps(world))
         else:
             for role, entry in world.items():
+                if role == "customers":
+                    self.stdout.write(f"customers: {len(entry)} (with --json: their keys)")
+                    continue
                 self.stdout.write(f"{role}: {entry['email']} api_key={entry['api_key']}")
             self.stdout.write("Run with --json to see the secrets.")

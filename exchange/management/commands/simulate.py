@@ -1,0 +1,40 @@
+"""`manage.py simulate --seed N --minutes M [--customers K] [--keep]`: the seeded simulation of the
+whole exchange under faults (scripts/simulate.py, which says what it does and checks). It starts its
+own PostgreSQL cluster and Redis and the stack exactly as `make run` does; this process's database
+settings are not used. Exit status 1 when an end check fails."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+DRIVER = Path(__file__).resolve().parents[3] / "scripts" / "simulate.py"
+
+
+def _driver():
+    if "simulate_driver" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("simulate_driver", DRIVER)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["simulate_driver"] = module  # dataclasses look their module up while it loads
+        spec.loader.exec_module(module)
+    return sys.modules["simulate_driver"]
+
+
+class Command(BaseCommand):
+    help = "Run the seeded simulation (random customers through every flow, random faults, end checks)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--seed", type=int, required=True, help="The same seed gives the same schedule.")
+        parser.add_argument("--minutes", type=float, default=1.0, help="Length of the load (default 1).")
+        parser.add_argument("--customers", type=int, default=4, help="Customers, each with a sub-account (default 4).")
+        parser.add_argument("--keep", action="store_true", help="Keep the logs in the run's temporary directory.")
+
+    def handle(self, *args, **options):
+        if options["minutes"] <= 0 or options["customers"] < 1:
+            raise CommandError("--minutes must be positive and --customers at least 1")
+        result = _driver().run(
+            options["seed"], options["minutes"], customers=options["customers"], out=self.stdout, keep=options["keep"]
+        )
+        if not result.ok:
+            raise CommandError(f"simulation seed {options['seed']}: {len(result.violations)} problem(s), see above")
