@@ -25,10 +25,14 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import deque
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 from django.conf import settings
 
 from exchange.api.errors import BadRequest, Disconnected, ListenKeyExpired, TooManyOrders, TooManyRequests
@@ -139,6 +143,20 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     lease: Lease | None = None  # counted in the caps while set
     listener: Listener | None = None  # registered with the hub while set
     closing = False
+
+    async def __call__(self, scope, receive, send):
+        """channels' AsyncConsumer.__call__ without a channel-layer receive of the connection's own:
+        nothing is ever sent to a connection's channel (the hub receives for all of the process's
+        connections), and that receive (a blocking Redis read per process, a task per connection)
+        made every connection end with "Exception inside application" when Redis went away; they
+        now end through the hub's failure path (1011) with one log line. The channel name stays the
+        connection's unique name (its lease in the caps)."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.channel_name = f"ws.{uuid.uuid4().hex}"
+        self.base_send = send
+        with contextlib.suppress(StopConsumer):
+            await await_many_dispatch([receive], self.dispatch)
 
     async def connect(self) -> None:
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
