@@ -2,6 +2,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
+from accounts.ledger.admin import ReadOnlyAdmin
 from exchange import services
 from exchange.api import ratelimit
 from exchange.backoffice import (
@@ -109,7 +110,7 @@ class RateLimitBanAdmin(admin.ModelAdmin):
 
 
 @admin.register(StaffAction)
-class StaffActionAdmin(admin.ModelAdmin):
+class StaffActionAdmin(ReadOnlyAdmin):
     """The audit trail: read-only for everyone (written only by exchange.services.staff_action)."""
 
     list_display = ("created_at", "actor", "action", "object_type", "object_id", "object_repr", "reason")
@@ -118,12 +119,3 @@ class StaffActionAdmin(admin.ModelAdmin):
     list_select_related = ("actor",)
     readonly_fields = [f.name for f in StaffAction._meta.fields]
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

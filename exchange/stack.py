@@ -169,6 +169,18 @@ def _refusal_locations() -> str:
     return "\n".join(lines)
 
 
+# The REST locations' proxying (the admin's and the API's differ only in their body bound).
+_REST_PROXY = """\
+            proxy_pass http://rest;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_buffering off;
+            proxy_read_timeout 60s;
+            proxy_send_timeout 30s;"""
+
+
 def nginx_conf(layout: Layout) -> str:
     run = layout.run_dir
     refusals = _refusal_locations()
@@ -230,25 +242,11 @@ http {{
             proxy_send_timeout 1h;
         }}
         location / {{
-            proxy_pass http://rest;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $http_host;
-            proxy_set_header X-Forwarded-For $remote_addr;
-            proxy_buffering off;
-            proxy_read_timeout 60s;
-            proxy_send_timeout 30s;
+{_REST_PROXY}
         }}
         location /openapi/ {{
             client_max_body_size {MAX_API_BODY_BYTES // 1024}k;
-            proxy_pass http://rest;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_set_header Host $http_host;
-            proxy_set_header X-Forwarded-For $remote_addr;
-            proxy_buffering off;
-            proxy_read_timeout 60s;
-            proxy_send_timeout 30s;
+{_REST_PROXY}
         }}
     }}
 }}

@@ -376,6 +376,7 @@ class Answer:
     code: int | None = None
     ref: str | None = None  # what a 200 answered: the transfer's or withdrawal's id, the collection's status
     hung: bool = False
+    query: str = ""  # the signed query text sent (scripts/simulate.py replays it)
 
     @property
     def label(self) -> str:
@@ -441,6 +442,7 @@ class Segment:
     closed_with: str = ""
     verdict: str = ""
     ok: bool = True
+    account: str = ""  # whose listenKey (scripts/simulate.py: one slot per customer)
 
 
 @dataclass
@@ -480,10 +482,75 @@ class ChaosResult:
         return not self.problems
 
 
+class PrivateStack:
+    """Private PostgreSQL and Redis (AOF), migrated and loaded with `manage.py demo`, and the stack
+    exactly as `make run` starts it (nginx, granian, Daphne, Celery worker and beat) on a free block
+    of ports: what the fault script and the simulation (scripts/simulate.py) both drive."""
+
+    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
+        """Everything up; the demo world `manage.py demo <demo_args>` printed (its last line, JSON)."""
+        self.base = base
+        self.pg = PrivatePostgres(base, free_port())
+        self.pg.init()
+        self.pg.start()
+        self.pg.create_database(database)
+        self.redis = PrivateRedis(base, free_port())
+        self.redis.start()
+        # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit.py).
+        self.redis.client().set("LIMITS:exchange/replay-memory-epoch", 0)
+        self.port = free_block()
+        self.run_dir = base / "stack"
+        self.env = stack_environment(self.pg.url(database), self.redis.url, self.port, self.run_dir) | env
+        for args in (("migrate", "--noinput", "-v", "0"), ("demo", *demo_args)):
+            done = manage(self.env, *args)
+            if done.returncode != 0:
+                raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+        self.book = Book(self.env["DATABASE_URL"])
+        self.layout = Layout.from_env(self.env, port=self.port, run_dir=self.run_dir)
+        programs = prepare(self.env, self.layout)
+        self.stack_log = (self.run_dir / "stack.log").open("w", buffering=1)
+        self.supervisor = Supervisor(programs, self.env, out=self.stack_log)
+        self.supervisor.start()
+        threading.Thread(target=self.supervisor.watch, daemon=True, name="supervisor").start()
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def describe(self) -> str:
+        return (
+            f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
+            f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
+            f"PostgreSQL {self.pg.version} on {self.pg.port}, Redis on {self.redis.port} (appendonly yes)"
+        )
+
+    def stop(self) -> None:
+        for step in (
+            lambda: self.supervisor.stop(),
+            lambda: self.stack_log.close(),
+            lambda: self.book.close(),
+            lambda: self.redis.destroy(),
+            lambda: self.pg.destroy(),
+        ):
+            with contextlib.suppress(Exception):
+                step()
+
+
+async def send(conn: _load.HttpConnection, method: str, target: str, api_key: str) -> tuple[int | None, bytes, bool]:
+    """One request on `conn`: (status, body, hung); status None when no answer came (the connection
+    is closed then, so that the next request opens a new one)."""
+    try:
+        status, body = await asyncio.wait_for(conn.request(method, target, {"X-SERVICE-APIKEY": api_key}), HUNG_SECONDS)
+        return status, body, False
+    except TimeoutError:
+        await conn.close()
+        return None, b"", True
+    except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError, IndexError):
+        await conn.close()
+        return None, b"", False
+
+
 # --- the driver --------------------------------------------------------------------------------------
 
 
-class Chaos:
+class Chaos(PrivateStack):
     def __init__(self, seed: int, out) -> None:
         self.seed = seed
         self.rng = random.Random(seed)  # noqa: S311 - the fault schedule, not a secret
@@ -508,24 +575,7 @@ class Chaos:
     # --- set-up -----------------------------------------------------------------------------------
 
     def start(self, base: Path) -> None:
-        self.base = base
-        self.pg = PrivatePostgres(base, free_port())
-        self.pg.init()
-        self.pg.start()
-        self.pg.create_database("chaos")
-        self.redis = PrivateRedis(base, free_port())
-        self.redis.start()
-        # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit.py).
-        self.redis.client().set("LIMITS:exchange/replay-memory-epoch", 0)
-        self.port = free_block()
-        self.run_dir = base / "stack"
-        self.env = stack_environment(self.pg.url("chaos"), self.redis.url, self.port, self.run_dir)
-        for args in (("migrate", "--noinput", "-v", "0"), ("demo", "--json")):
-            done = manage(self.env, *args)
-            if done.returncode != 0:
-                raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-        self.world = json.loads(done.stdout.strip().splitlines()[-1])
-        self.book = Book(self.env["DATABASE_URL"])
+        self.world = self.start_stack(base, "chaos", "--json")
         self.ids = {
             role: self.book.one("SELECT id FROM accounts_user WHERE email = %s", [self.world[role]["email"]])[0]
             for role in ("master", "peer")
@@ -534,28 +584,7 @@ class Chaos:
             role: _load.Signer(self.world[role]["api_key"], self.world[role]["secret_key"])
             for role in ("master", "peer")
         }
-        self.layout = Layout.from_env(self.env, port=self.port, run_dir=self.run_dir)
-        programs = prepare(self.env, self.layout)
-        self.stack_log = (self.run_dir / "stack.log").open("w", buffering=1)
-        self.supervisor = Supervisor(programs, self.env, out=self.stack_log)
-        self.supervisor.start()
-        threading.Thread(target=self.supervisor.watch, daemon=True, name="supervisor").start()
-        self.say(
-            f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
-            f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
-            f"PostgreSQL {self.pg.version} on {self.pg.port}, Redis on {self.redis.port} (appendonly yes)"
-        )
-
-    def stop(self) -> None:
-        for step in (
-            lambda: self.supervisor.stop(),
-            lambda: self.stack_log.close(),
-            lambda: self.book.close(),
-            lambda: self.redis.destroy(),
-            lambda: self.pg.destroy(),
-        ):
-            with contextlib.suppress(Exception):
-                step()
+        self.say(self.describe())
 
     # --- requests ---------------------------------------------------------------------------------
 
@@ -563,18 +592,8 @@ class Chaos:
         self, conn: _load.HttpConnection, role: str, method: str, path: str, params: dict, *, kind: str, ident: str
     ) -> Answer:
         signer = self.signers[role]
-        query = signer.signed(params)
         started = now()
-        status, body, hung = None, b"", False
-        try:
-            status, body = await asyncio.wait_for(
-                conn.request(method, f"{path}?{query}", {"X-SERVICE-APIKEY": signer.api_key}), HUNG_SECONDS
-            )
-        except TimeoutError:
-            hung = True
-            await conn.close()
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError, IndexError):
-            await conn.close()
+        status, body, hung = await send(conn, method, f"{path}?{signer.signed(params)}", signer.api_key)
         answer = Answer(kind, ident, role, started, now(), status, hung=hung)
         if status is not None:
             data = None
@@ -700,15 +719,9 @@ class Chaos:
         """POST /openapi/v1/userDataStream with the peer's key (recorded like every request); the
         listenKey, or None when refused."""
         conn = _load.HttpConnection(HOST, self.port)
-        started, status, body, hung = now(), None, b"", False
+        started = now()
         try:
-            status, body = await asyncio.wait_for(
-                conn.request("POST", LISTEN_KEY, {"X-SERVICE-APIKEY": self.signers["peer"].api_key}), HUNG_SECONDS
-            )
-        except TimeoutError:
-            hung = True
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError, IndexError):
-            pass
+            status, body, hung = await send(conn, "POST", LISTEN_KEY, self.signers["peer"].api_key)
         finally:
             await conn.close()
         answer = Answer("listenkey", "", "peer", started, now(), status, hung=hung)

@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -47,27 +46,17 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file: scripts/ is on the path, the project root is not
+    sys.path.insert(0, str(ROOT))
 
+from scripts import chaos  # noqa: E402 - the private services, the stack, the recorded answers, the judge
 
-def _chaos():
-    """scripts/chaos.py as a module (scripts/ is not a package): the private services, the stack
-    start, the recorded answers and the websocket judge are shared with it."""
-    if "chaos_driver" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("chaos_driver", ROOT / "scripts" / "chaos.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["chaos_driver"] = module  # dataclasses look their module up while it loads
-        spec.loader.exec_module(module)
-    return sys.modules["chaos_driver"]
-
-
-chaos = _chaos()
 _load = chaos._load
 psycopg = chaos.psycopg
 HOST = chaos.HOST
@@ -232,8 +221,8 @@ class Move:
     state: str = "refused"
     signer: str = ""  # account whose key sent it
     query: str = ""  # the signed query text of the first attempt (for a replay)
+    params: dict = field(default_factory=dict)  # its parameters (to send the client id again)
     done: asyncio.Event = field(default_factory=asyncio.Event)
-    extra: dict = field(default_factory=dict)
 
     def answered(self, answer) -> None:
         if answer.status == 200:
@@ -252,7 +241,7 @@ class Window:
     end: float = float("inf")
 
 
-class Simulation:
+class Simulation(chaos.PrivateStack):
     def __init__(self, seed: int, minutes: float, customers: int, out) -> None:
         self.seed, self.minutes, self.customers, self.out = seed, minutes, customers, out
         self.ops, self.fault_plan = schedule(seed, minutes, customers)
@@ -277,85 +266,48 @@ class Simulation:
     # --- set-up ------------------------------------------------------------------------------------------
 
     def start(self, base: Path) -> None:
-        self.base = base
-        self.pg = chaos.PrivatePostgres(base, chaos.free_port())
-        self.pg.init()
-        self.pg.start()
-        self.pg.create_database("sim")
-        self.redis = chaos.PrivateRedis(base, chaos.free_port())
-        self.redis.start()
-        self.redis.client().set("LIMITS:exchange/replay-memory-epoch", 0)
-        self.port = chaos.free_block()
-        self.run_dir = base / "stack"
-        env = chaos.stack_environment(self.pg.url("sim"), self.redis.url, self.port, self.run_dir)
-        env.update(SIM_CHAIN_BLOCK_SECONDS="1", CHAIN_SCAN_SECONDS="1")
-        self.env = env
-        for args in (("migrate", "--noinput", "-v", "0"), ("demo", "--json", "--customers", str(self.customers))):
-            done = chaos.manage(env, *args)
-            if done.returncode != 0:
-                raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
-        world = json.loads(done.stdout.strip().splitlines()[-1])
-        self.book = chaos.Book(env["DATABASE_URL"])
+        world = self.start_stack(
+            base,
+            "sim",
+            "--json",
+            "--customers",
+            str(self.customers),
+            SIM_CHAIN_BLOCK_SECONDS="1",
+            CHAIN_SCAN_SECONDS="1",
+        )
         self.emails: dict[str, str] = {}
         self.signers: dict[str, _load.Signer] = {}
-        self.ids: dict[str, int] = {}
         for i, entry in enumerate(world["customers"], start=1):
             for role, name in (("master", f"c{i}"), ("sub", f"c{i}.sub")):
                 self.emails[name] = entry[role]["email"]
                 self.signers[name] = _load.Signer(entry[role]["api_key"], entry[role]["secret_key"])
-                self.ids[name] = self.book.one("SELECT id FROM accounts_user WHERE email = %s", [entry[role]["email"]])[
-                    0
-                ]
+        ids = dict(
+            self.book.rows("SELECT email, id FROM accounts_user WHERE email = ANY(%s)", [list(self.emails.values())])
+        )
+        self.ids = {name: ids[email] for name, email in self.emails.items()}
         self.fees = {
             code: Decimal(fee)
             for code, fee in self.book.rows(
                 "SELECT a.code, f.fee FROM wallet_transferfee f JOIN accounts_asset a ON a.id = f.asset_id"
             )
         }
-        self.layout = chaos.Layout.from_env(env, port=self.port, run_dir=self.run_dir)
-        programs = chaos.prepare(env, self.layout)
-        self.stack_log = (self.run_dir / "stack.log").open("w", buffering=1)
-        self.supervisor = chaos.Supervisor(programs, env, out=self.stack_log)
-        self.supervisor.start()
-        threading.Thread(target=self.supervisor.watch, daemon=True, name="supervisor").start()
-        self.say(
-            f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
-            f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
-            f"PostgreSQL {self.pg.version}, Redis (appendonly yes); {self.customers} customers"
-        )
-
-    def stop(self) -> None:
-        for step in (
-            lambda: self.supervisor.stop(),
-            lambda: self.stack_log.close(),
-            lambda: self.book.close(),
-            lambda: self.redis.destroy(),
-            lambda: self.pg.destroy(),
-        ):
-            with contextlib.suppress(Exception):
-                step()
+        self.say(f"{self.describe()}; {self.customers} customers")
 
     # --- requests ----------------------------------------------------------------------------------------
 
     async def call(self, who: str, name: str, params: dict, *, kind: str, ident: str = "", query: str | None = None):
-        """One signed request through nginx, recorded; (answer, decoded body or {})."""
+        """One signed request through nginx (`query`: the signed text of an earlier one, for a replay),
+        recorded; (answer, decoded body or {})."""
         method, path = PATHS[name]
         signer = self.signers[who]
         query = query if query is not None else signer.signed(params)
         conn = _load.HttpConnection(HOST, self.port)
-        started, status, body, hung = now(), None, b"", False
+        started = now()
         try:
-            status, body = await asyncio.wait_for(
-                conn.request(method, f"{path}?{query}", {"X-SERVICE-APIKEY": signer.api_key}), chaos.HUNG_SECONDS
-            )
-        except TimeoutError:
-            hung = True
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError, IndexError):
-            pass
+            status, body, hung = await chaos.send(conn, method, f"{path}?{query}", signer.api_key)
         finally:
             await conn.close()
-        answer = chaos.Answer(kind, ident, who, started, now(), status, hung=hung)
-        answer.query = query
+        answer = chaos.Answer(kind, ident, who, started, now(), status, hung=hung, query=query)
         data: dict = {}
         if status is not None:
             with contextlib.suppress(ValueError):
@@ -380,6 +332,20 @@ class Simulation:
         self.by_op[op.n] = move
         return move
 
+    async def _first(self, op: Op, kind: str, ident: str, legs, signer: str, params: dict):
+        """An operation with a client id, sent the first time (`kind` names its endpoint in PATHS):
+        its Move, the answer and the body. A 200 with `result: false` is a refusal."""
+        move = self._move(op, kind, ident, legs, signer)
+        answer, data = await self.call(signer, kind, params, kind=kind, ident=ident)
+        move.query, move.params = answer.query, params
+        move.answered(answer)
+        if answer.status == 200 and isinstance(data, dict) and data.get("result") is False:
+            move.state = "refused"  # the transfer failed (e.g. the balance was short)
+            answer.code = "result false"
+        self._check_restriction(signer, answer)
+        self._outcome(kind, answer)
+        return move, answer, data
+
     def _outcome(self, kind: str, answer) -> None:
         label = f"200 {answer.code}" if answer.status == 200 and answer.code else answer.label
         self.outcomes[kind][label] += 1
@@ -401,19 +367,15 @@ class Simulation:
         ident = f"s{self.seed}-t{op.n}"
         amount = Decimal(p["amount"])
         legs = [(who, p["asset"], -amount - self.fees.get(p["asset"], Decimal(0))), (to, p["asset"], amount)]
-        move = self._move(op, "transfer", ident, legs, who)
         params = {
             "account": p["asset"],
             "target_address": self.emails[to],
             "amount": p["amount"],
             "client_transfer_id": ident,
         }
-        answer, data = await self.call(who, "transfer", params, kind="transfer", ident=ident)
-        move.query, move.extra["params"], move.extra["name"] = answer.query, params, "transfer"
-        move.answered(answer)
+        move, answer, data = await self._first(op, "transfer", ident, legs, who, params)
         if answer.status == 200 and data.get("transfer", {}).get("status") != "success":
             move.state = "unknown"  # pending or failed: asked again at the end
-        self._outcome("transfer", answer)
 
     async def _address(self, who: str, coin: str, network: str) -> tuple[str, str] | None:
         key = (who, coin, network)
@@ -464,7 +426,6 @@ class Simulation:
     async def op_withdrawal(self, op: Op) -> None:
         p, who = op.params, f"c{op.customer}"
         ident = f"s{self.seed}w{op.n}"
-        move = self._move(op, "withdrawal", ident, [], who)  # legs from its final record
         params = {
             "coin": p["coin"],
             "network": p["network"],
@@ -472,11 +433,7 @@ class Simulation:
             "amount": p["amount"],
             "withdrawOrderId": ident,
         }
-        answer, _ = await self.call(who, "withdrawal", params, kind="withdrawal", ident=ident)
-        move.query, move.extra["params"], move.extra["name"] = answer.query, params, "withdrawal"
-        move.extra["coin"] = p["coin"]
-        move.answered(answer)
-        self._outcome("withdrawal", answer)
+        await self._first(op, "withdrawal", ident, [], who, params)  # legs from its final record
 
     async def _quote(self, who: str, p: dict):
         params = {"sourceCurrency": p["source"], "targetCurrency": p["target"], "sourceAmount": p["amount"]}
@@ -528,43 +485,25 @@ class Simulation:
         ident = f"s{self.seed}-u{op.n}"
         amount = Decimal(p["amount"])
         source, target = (master, sub) if p["to_sub"] else (sub, master)
-        move = self._move(op, "universal", ident, [(source, p["asset"], -amount), (target, p["asset"], amount)], master)
         params = {"asset": p["asset"], "amount": p["amount"], "clientTranId": ident}
         params["toEmail" if p["to_sub"] else "fromEmail"] = self.emails[sub]
-        answer, data = await self.call(master, "universal", params, kind="universal", ident=ident)
-        move.query, move.extra["params"], move.extra["name"] = answer.query, params, "universal"
-        move.extra["query_params"] = {"clientTranId": ident, **({} if p["to_sub"] else {"fromEmail": self.emails[sub]})}
-        move.answered(answer)
-        if answer.status == 200 and data.get("result") is not True:
-            move.state = "refused"  # result false: the transfer failed (e.g. the balance was short)
-            answer.code = "result false"
-        self._outcome("universal", answer)
+        legs = [(source, p["asset"], -amount), (target, p["asset"], amount)]
+        await self._first(op, "universal", ident, legs, master, params)
 
     async def op_sub_to_master(self, op: Op) -> None:
         p, master = op.params, f"c{op.customer}"
         sub = f"{master}.sub"
         ident = f"s{self.seed}-m{op.n}"
         amount = Decimal(p["amount"])
-        move = self._move(op, "sub_to_master", ident, [(sub, p["asset"], -amount), (master, p["asset"], amount)], sub)
         params = {"asset": p["asset"], "amount": p["amount"], "clientTranId": ident}
-        answer, data = await self.call(sub, "sub_to_master", params, kind="sub_to_master", ident=ident)
-        move.query, move.extra["params"], move.extra["name"] = answer.query, params, "sub_to_master"
-        move.answered(answer)
-        if answer.status == 200 and data.get("result") is not True:
-            move.state = "refused"  # result false: the transfer failed (e.g. the balance was short)
-            answer.code = "result false"
-        self._check_restriction(sub, answer)
-        self._outcome("sub_to_master", answer)
+        legs = [(sub, p["asset"], -amount), (master, p["asset"], amount)]
+        await self._first(op, "sub_to_master", ident, legs, sub, params)
 
     async def op_collect(self, op: Op) -> None:
         master = f"c{op.customer}"
         ident = f"s{self.seed}-c{op.n}"
-        move = self._move(op, "collect", ident, [], master)  # legs from its postings at the end
-        params = {"clientRequestId": ident}
-        answer, _ = await self.call(master, "collect", params, kind="collect", ident=ident)
-        move.query, move.extra["params"], move.extra["name"] = answer.query, params, "collect"
-        move.answered(answer)
-        self._outcome("collect", answer)
+        # legs from its postings at the end
+        await self._first(op, "collect", ident, [], master, {"clientRequestId": ident})
 
     async def op_key_change(self, op: Op) -> None:
         """The master restricts its sub-account's key to a foreign IP; the sub-account's requests are
@@ -607,18 +546,13 @@ class Simulation:
             self.outcomes[op.kind]["original never sent"] += 1
             return
         await original.done.wait()
-        if "params" not in original.extra:
+        if not original.query:
             self.outcomes[op.kind]["original never sent"] += 1
             return
         query = original.query if op.kind == "replay" else None
         before = original.state
         answer, data = await self.call(
-            original.signer,
-            original.extra["name"],
-            original.extra["params"],
-            kind=op.kind,
-            ident=original.ident,
-            query=query,
+            original.signer, original.kind, original.params, kind=op.kind, ident=original.ident, query=query
         )
         executed = answer.status == 200 and not (isinstance(data, dict) and data.get("result") is False)
         label = f"{answer.label} (original {before})"
@@ -636,14 +570,15 @@ class Simulation:
 
     async def fault(self, name: str) -> dict:
         fault = {"name": name, "start": now(), "steps": []}
+        away = random.Random(self.seed + len(self.faults)).uniform(2.0, 5.0)  # noqa: S311 - restarts: seconds away
         if name == "redis_restart":
             await asyncio.to_thread(self.redis.stop)
-            await asyncio.sleep(random.Random(self.seed + len(self.faults)).uniform(2.0, 5.0))  # noqa: S311
+            await asyncio.sleep(away)
             await asyncio.to_thread(self.redis.start)
             fault["steps"].append("Redis SHUTDOWN, started again on its AOF")
         elif name == "postgres_restart":
             await asyncio.to_thread(self.pg.stop, "fast")
-            await asyncio.sleep(random.Random(self.seed + len(self.faults)).uniform(2.0, 5.0))  # noqa: S311
+            await asyncio.sleep(away)
             await asyncio.to_thread(self.pg.start)
             fault["steps"].append("pg_ctl stop -m fast, started again")
         elif name == "connections_dropped":
@@ -715,8 +650,7 @@ class Simulation:
             except Exception:  # noqa: BLE001 - refused at the handshake or unreachable: again
                 await asyncio.sleep(0.5)
                 continue
-            segment = chaos.Segment(int(who[1:]), lo, await self.seq_of(who), now(), feed)
-            segment.who = who
+            segment = chaos.Segment(int(who[1:]), lo, await self.seq_of(who), now(), feed, account=who)
             self.segments.append(segment)
             stopped = asyncio.create_task(stop.wait())
             await asyncio.wait({feed._task, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -735,7 +669,7 @@ class Simulation:
         self.start_balances = {who: await self.balances(who) for who in self.signers}
         listeners_stop, stopping = asyncio.Event(), asyncio.Event()
         slots = [asyncio.create_task(self.listener(who, listeners_stop)) for who in masters]
-        while len({s.who for s in self.segments}) < len(masters):
+        while len({s.account for s in self.segments}) < len(masters):
             await asyncio.sleep(0.1)
         self.t0 = now()
         self.say(
@@ -785,11 +719,10 @@ class Simulation:
         await self.resolve()
         self.end_balances = {who: await self.balances(who) for who in self.signers}
 
-    async def balances(self, who: str) -> dict[str, Decimal]:
+    async def balances(self, who: str) -> dict[str, tuple[Decimal, Decimal]]:
+        """{asset: (free + locked, locked)} as the service reports them."""
         data = await self.settled_call(who, "account", {})
-        return {b["asset"]: Decimal(b["free"]) + Decimal(b["locked"]) for b in data["balances"]} | {
-            f"{b['asset']}:locked": Decimal(b["locked"]) for b in data["balances"]
-        }
+        return {b["asset"]: (Decimal(b["free"]) + Decimal(b["locked"]), Decimal(b["locked"])) for b in data["balances"]}
 
     async def settle_work(self) -> None:
         """Until every withdrawal and collection is final and every deposit sent is credited."""
@@ -831,7 +764,7 @@ class Simulation:
         }
 
         def caught_up(segment) -> bool:
-            positions = self.positions[segment.who]
+            positions = self.positions[segment.account]
             if not positions:
                 return True
             received = segment.feed.received
@@ -868,7 +801,8 @@ class Simulation:
                 data = await self.settled_call(move.signer, "transfer_query", {"client_transfer_id": move.ident})
                 move.state = "resolved done" if int(data["meta"]["total_count"]) == 1 else "resolved not done"
             elif move.kind == "universal" and move.state == "unknown":
-                data = await self.settled_call(move.signer, "universal_history", move.extra["query_params"])
+                asked = {k: v for k, v in move.params.items() if k in ("clientTranId", "fromEmail")}
+                data = await self.settled_call(move.signer, "universal_history", asked)
                 move.state = (
                     "resolved done"
                     if [r for r in data["result"] if r.get("status") == "success"]
@@ -903,9 +837,6 @@ class Simulation:
                     move.legs = [(move.signer, record["coin"], -amount)]
                 elif record is not None and record["status"] != 2:
                     self.violations.append(f"withdrawal {move.ident} not final: status {record['status']}")
-                move.extra["final"] = (
-                    {1: "SUCCESS", 2: "FAILED", 0: "PROCESSING"}.get(record["status"]) if record else None
-                )
                 if move.state == "unknown":
                     move.state = "resolved done" if record is not None else "resolved not done"
             elif move.kind == "collect":
@@ -913,7 +844,6 @@ class Simulation:
                 if move.state == "acked" and record is None:
                     self.violations.append(f"collection {move.ident} acknowledged, not in the records")
                 if record is not None:
-                    move.extra["final"] = record["status"]
                     move.legs = await asyncio.to_thread(self.collection_legs, move)
                 if move.state == "unknown":
                     move.state = "resolved done" if record is not None else "resolved not done"
@@ -952,7 +882,7 @@ class Simulation:
     # --- the end checks ---------------------------------------------------------------------------------
 
     def expected_balances(self) -> tuple[dict, Counter]:
-        expected = {who: dict(self.start_balances[who]) for who in self.signers}
+        expected = {who: {a: total for a, (total, _) in self.start_balances[who].items()} for who in self.signers}
         counted: Counter = Counter()
         for move in self.moves.values():
             if move.state in ("acked", "resolved done"):
@@ -982,12 +912,13 @@ class Simulation:
         wrong = []
         for who in self.signers:
             end = self.end_balances[who]
-            for asset in sorted({a for a in (*expected[who], *end) if ":" not in a}):
-                want, got = expected[who].get(asset, Decimal(0)), end.get(asset, Decimal(0))
+            for asset in sorted({*expected[who], *end}):
+                want = expected[who].get(asset, Decimal(0))
+                got, locked = end.get(asset, (Decimal(0), Decimal(0)))
                 if want != got:
                     wrong.append(f"{who} {asset}: expected {want}, the service says {got} (difference {got - want})")
-                if end.get(f"{asset}:locked", Decimal(0)) != 0:
-                    wrong.append(f"{who} {asset}: {end[f'{asset}:locked']} still locked after everything settled")
+                if locked:
+                    wrong.append(f"{who} {asset}: {locked} still locked after everything settled")
         accounts = len(self.signers)
         detail = (
             f"{accounts} accounts x assets: every balance = start + acknowledged operations {dict(counted)}"
@@ -999,11 +930,11 @@ class Simulation:
     def check_streams(self):
         lines, ok = [], True
         for segment in self.segments:
-            chaos.judge_segment(self.positions[segment.who], segment)
+            chaos.judge_segment(self.positions[segment.account], segment)
             ok = ok and segment.ok
             end = f"closed by the server ({segment.closed_with})" if segment.closed else "to the end"
             if not segment.ok or segment.closed:
-                lines.append(f"{segment.who} {end}: {'ok' if segment.ok else 'BROKEN'}: {segment.verdict}")
+                lines.append(f"{segment.account} {end}: {'ok' if segment.ok else 'BROKEN'}: {segment.verdict}")
         stayed = [s for s in self.segments if s.closed is None]
         frames = sum(len(s.feed.received) for s in self.segments)
         detail = (

@@ -24,6 +24,7 @@ from exchange.models import RateLimitBan
 from exchange.roles import SUPPORT
 from subaccounts.models import CollectionStatus, FundCollection
 from tests.support.assertions import assert_ledger_balanced
+from tests.support.backoffice import trx_withdrawal
 from tests.support.factories import UserFactory, deposit, fund
 from tests.support.staff import logged_in, staff_member
 from wallet import services as wallet_services
@@ -32,7 +33,6 @@ from wallet.models import Deposit, DepositStatus, Network, Withdrawal, Withdrawa
 pytestmark = pytest.mark.django_db
 
 DASHBOARD = reverse("backoffice:dashboard")
-TRX_ADDRESS = "TDemoMasterWhitezistAddress1111111"  # on the demo master's whitelist
 
 
 @pytest.fixture(autouse=True)
@@ -45,19 +45,6 @@ def _settings(settings):
 @pytest.fixture
 def support(db) -> Client:
     return logged_in(staff_member(SUPPORT))
-
-
-def _withdraw(user, amount: str = "10", **fields) -> Withdrawal:
-    return wallet_services.withdrawal_apply(
-        account=user,
-        coin="USDT",
-        network="TRX",
-        address=TRX_ADDRESS,
-        tag="",
-        amount=Decimal(amount),
-        withdraw_order_id=None,
-        **fields,
-    )
 
 
 def _demo_master(demo):
@@ -95,7 +82,7 @@ def _cell(html: str, asset: str, field: str) -> Decimal:
 def test_liabilities_and_house_accounts_equal_the_ledger(demo, support):
     master = _demo_master(demo)
     deposit(master, "2.5", "BTC")
-    _withdraw(master, "10")  # held: locked until it settles
+    trx_withdrawal(master, "10")  # held: locked until it settles
     response = support.get(DASHBOARD)
     assert response.status_code == 200
     html = response.content.decode()
@@ -131,7 +118,7 @@ def test_activity_counts_and_volumes_of_each_kind(demo, support, settings, djang
     deposit(master, "1.25", "BTC")
     deposit(other, "0.75", "BTC")
     with django_capture_on_commit_callbacks(execute=True):  # queued, broadcast and settled by the eager task
-        withdrawal = _withdraw(master, "10")
+        withdrawal = trx_withdrawal(master, "10")
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.SUCCEEDED
     fund(master, "PHP", "100")  # a DISTRIBUTION from equity: not a deposit
@@ -202,10 +189,10 @@ def ledger_max_posting() -> int:
 def test_queues_count_and_link_to_exactly_their_rows(demo, support, settings):
     master = _demo_master(demo)
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("100")  # PHP; 10 USDT is above it
-    awaiting = [_withdraw(master, "10"), _withdraw(master, "11")]
+    awaiting = [trx_withdrawal(master, "10"), trx_withdrawal(master, "11")]
     assert {w.stage for w in awaiting} == {WithdrawalStage.AWAITING_APPROVAL}
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(10**9)
-    stuck, fresh = _withdraw(master, "12"), _withdraw(master, "13")  # QUEUED (their tasks are not run here)
+    stuck, fresh = trx_withdrawal(master, "12"), trx_withdrawal(master, "13")  # QUEUED (their tasks are not run here)
     # A worker died after taking them (BROADCASTING); one of them long enough ago to be past the retry time.
     old = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_RETRY_AFTER_SECONDS + 60)
     Withdrawal.objects.filter(pk=stuck.pk).update(stage=WithdrawalStage.BROADCASTING, updated_at=old)

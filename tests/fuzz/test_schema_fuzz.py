@@ -55,6 +55,7 @@ from tests.support.factories import (
     demo_networks,
     fund,
 )
+from tests.support.params import plausible_params
 
 pytestmark = pytest.mark.django_db
 
@@ -137,27 +138,14 @@ def world(db, settings):
         WhitelistAddressFactory(account=master.user, network=network)
     convert_demo.load()
     sub_key, _ = ApiKeyFactory(user=sub.user, types=[ApiKeyType.READ_ONLY])
-    known = {
+    known = plausible_params(
+        sub_email=sub.user.email,
+        sub_api_key=sub_key.key,
+        peer_email=peer.email,
+        to_email="fuzz-sub2@test.example",
+        new_sub_email="fuzz-new-sub@test.example",
+    ) | {
         "recvWindow": 5000,
-        "email": sub.user.email,
-        "fromEmail": sub.user.email,
-        "toEmail": "fuzz-sub2@test.example",
-        "accountName": "fuzz-new-sub@test.example",
-        "asset": "BTC",
-        "coin": "BTC",
-        "network": "BTC",
-        "currency": "BTC",
-        "tokenId": "BTC",
-        "account": "PHP",
-        "amount": "1",
-        "target_address": peer.email,
-        "address": "bc1qdemo0master0whitelist0address0000000",
-        "sourceCurrency": "BTC",
-        "targetCurrency": "PHP",
-        "sourceAmount": "0.001",
-        "apikey": sub_key.key,
-        "ipAddress": "203.0.113.9",
-        "ipRestriction": "2",
         "quoteId": quote_create(
             user=master.user, source_code="BTC", target_code="PHP", source_amount=Decimal("0.001")
         ).quote_id,

@@ -34,6 +34,7 @@ from convert import demo as convert_demo
 from exchange.api.schema import openapi_document
 from tests.support.client import FORM, SignedClient, hmac_hex, now_ms
 from tests.support.factories import ApiKeyFactory, WhitelistAddressFactory, customer, demo_networks
+from tests.support.params import plausible_params
 from tests.support.staff import logged_in
 
 pytestmark = pytest.mark.django_db
@@ -121,23 +122,13 @@ def fernet_keys(settings) -> dict[str, str]:
 
 def _known(world: dict) -> dict:
     """Plausible values for the operations' parameters, so that requests reach past the checks."""
-    return {
-        "email": world["sub"].user.email,
-        "fromEmail": world["sub"].user.email,
-        "toEmail": world["sub"].user.email,
-        "accountName": "secrets-new-sub@test.example",
-        "asset": "BTC",
-        "coin": "BTC",
-        "network": "BTC",
-        "currency": "BTC",
-        "tokenId": "BTC",
-        "account": "PHP",
-        "amount": "1",
-        "target_address": world["peer"].email,
-        "address": "bc1qdemo0master0whitelist0address0000000",
-        "sourceCurrency": "BTC",
-        "targetCurrency": "PHP",
-        "sourceAmount": "0.001",
+    return plausible_params(
+        sub_email=world["sub"].user.email,
+        sub_api_key=world["sub"].api_key.key,
+        peer_email=world["peer"].email,
+        to_email=world["sub"].user.email,
+        new_sub_email="secrets-new-sub@test.example",
+    ) | {
         "quoteId": "0" * 32,
         "apikey": world["sub"].api_key.key,
         "ipAddress": "203.0.113.9",

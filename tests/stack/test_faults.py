@@ -14,15 +14,13 @@ Skipped only when PostgreSQL's binaries or redis-server are missing (`make servi
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from scripts import chaos
 
 
 def _missing_services() -> str | None:
@@ -41,18 +39,7 @@ pytestmark = [
 ]
 
 
-def _driver():
-    """scripts/chaos.py as a module (scripts/ is not a package)."""
-    if "chaos_driver" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("chaos_driver", ROOT / "scripts" / "chaos.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["chaos_driver"] = module  # dataclasses look their module up while it loads
-        spec.loader.exec_module(module)
-    return sys.modules["chaos_driver"]
-
-
 def test_the_full_stack_keeps_its_rules_through_redis_postgres_and_worker_faults():
-    chaos = _driver()
     result = chaos.run(seed=int(os.environ.get("CHAOS_SEED", "16")))
 
     assert result.problems == [], result.report

@@ -17,12 +17,11 @@ import sys
 import pytest
 from django.core.management import CommandError, call_command
 
-from exchange.management.commands.simulate import _driver
+from scripts import simulate
 from tests.stack.test_faults import _missing_services
 
 
 def test_the_same_seed_gives_the_same_schedule_and_every_kind_of_fault():
-    simulate = _driver()
     first = simulate.schedule(18, 1.5, 4)
     assert simulate.digest(*first) == simulate.digest(*simulate.schedule(18, 1.5, 4))
     assert simulate.digest(*first) != simulate.digest(*simulate.schedule(19, 1.5, 4))
@@ -57,5 +56,5 @@ def test_a_short_seeded_simulation_keeps_every_rule():
     assert "RESULT: ok" in report, report
     for check in ("ledger_check", "balances", "streams", "answers"):
         assert f"ok     {check}:" in report, report
-    for fault in _driver().INFRA_FAULTS:
+    for fault in simulate.INFRA_FAULTS:
         assert fault in report.split("faults injected:")[1].split("\n")[0], report

@@ -26,19 +26,25 @@ def usdt_customer(funding: str = "1000", **user):
     return made
 
 
+def trx_withdrawal(user: User, amount: str = "10", **fields) -> Withdrawal:
+    """A USDT withdrawal over TRX to the user's whitelisted TRX address, through the wallet's service."""
+    entry = user.withdraw_whitelist.get(network__network="TRX")
+    return wallet_services.withdrawal_apply(
+        account=user,
+        coin="USDT",
+        network="TRX",
+        address=entry.address,
+        tag="",
+        amount=Decimal(amount),
+        withdraw_order_id=None,
+        **fields,
+    )
+
+
 def awaiting_withdrawal(user: User, amount: str = "10") -> Withdrawal:
     """A USDT withdrawal waiting for an operator (the approval threshold lowered to 1 PHP)."""
-    entry = user.withdraw_whitelist.get(network__network="TRX")
     with override_settings(WITHDRAWAL_APPROVAL_THRESHOLD=Decimal(1)):
-        withdrawal = wallet_services.withdrawal_apply(
-            account=user,
-            coin="USDT",
-            network="TRX",
-            address=entry.address,
-            tag="",
-            amount=Decimal(amount),
-            withdraw_order_id=None,
-        )
+        withdrawal = trx_withdrawal(user, amount)
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
     return withdrawal
 

@@ -13,7 +13,7 @@ from django.urls import reverse
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
 from tests.support.assertions import assert_error
-from tests.support.backoffice import held_deposit
+from tests.support.backoffice import held_deposit, trx_withdrawal
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
 from wallet import services
@@ -59,23 +59,11 @@ def _usdt(user: User) -> tuple[Decimal, Decimal]:
     return row.free, row.locked
 
 
-def _withdraw(user: User, amount: str = "10") -> Withdrawal:
-    return services.withdrawal_apply(
-        account=user,
-        coin="USDT",
-        network="TRX",
-        address=TRX_ADDRESS,
-        tag="",
-        amount=Decimal(amount),
-        withdraw_order_id=None,
-    )
-
-
 @pytest.fixture
 def awaiting(demo_master, settings) -> Withdrawal:
     """A withdrawal waiting for an operator (threshold lowered to 100 PHP; 10 USDT is 580)."""
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("100")
-    withdrawal = _withdraw(demo_master)
+    withdrawal = trx_withdrawal(demo_master)
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
     return withdrawal
 
@@ -239,7 +227,7 @@ def test_actions_skip_withdrawals_in_other_stages(root, demo_master, awaiting, d
 
 def test_retry_action(root, demo_master, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False):
-        stuck = _withdraw(demo_master)  # its task never ran
+        stuck = trx_withdrawal(demo_master)  # its task never ran
     assert stuck.stage == WithdrawalStage.QUEUED
     with django_capture_on_commit_callbacks(execute=True):
         response = _action(root, "withdrawal", "retry", [stuck.pk])
@@ -256,7 +244,7 @@ def test_retry_action(root, demo_master, django_capture_on_commit_callbacks):
 def test_reject_a_queued_withdrawal(root, demo_master, django_capture_on_commit_callbacks):
     free, _ = _usdt(demo_master)
     with django_capture_on_commit_callbacks(execute=False):
-        queued = _withdraw(demo_master)
+        queued = trx_withdrawal(demo_master)
     _action(root, "withdrawal", "reject", [queued.pk])
     queued.refresh_from_db()
     assert queued.stage == WithdrawalStage.FAILED

@@ -3,22 +3,14 @@ whole exchange under faults (scripts/simulate.py, which says what it does and ch
 own PostgreSQL cluster and Redis and the stack exactly as `make run` does; this process's database
 settings are not used. Exit status 1 when an end check fails."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 from django.core.management.base import BaseCommand, CommandError
-
-DRIVER = Path(__file__).resolve().parents[3] / "scripts" / "simulate.py"
 
 
 def _driver():
-    if "simulate_driver" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("simulate_driver", DRIVER)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["simulate_driver"] = module  # dataclasses look their module up while it loads
-        spec.loader.exec_module(module)
-    return sys.modules["simulate_driver"]
+    """scripts/simulate.py (imported when the command runs: it starts processes, needs no Django)."""
+    from scripts import simulate
+
+    return simulate
 
 
 class Command(BaseCommand):
