@@ -346,19 +346,24 @@ class KeyringCache:
 
     def _listen(self) -> None:
         first = True
+        failing = False
         while True:
             try:
                 pubsub = _redis().pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(INVALIDATE_CHANNEL)
                 if not first:  # whatever changed while we were not listening is unknown: start clean
                     self.clear()
-                first = False
+                if failing:
+                    logger.warning("Keyring invalidation listener subscribed again")
+                first = failing = False
                 self._subscribed.set()
                 for message in pubsub.listen():
                     if message.get("type") == "message":
                         self.evict(int(message["data"]))
             except Exception:
-                logger.exception("Keyring invalidation listener lost Redis; retrying")
+                if not failing:  # once per outage (it retries every second meanwhile)
+                    logger.exception("Keyring invalidation listener lost Redis; retrying every second")
+                failing = True
                 time.sleep(1)
 
 

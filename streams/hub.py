@@ -393,6 +393,7 @@ class Hub:
 
     async def _receive(self) -> None:
         channel = await self._channel()
+        failing = False
         while True:
             try:
                 message = await self.layer.receive(channel)
@@ -401,9 +402,14 @@ class Hub:
             except Exception:
                 if cancelling():  # a library turned our cancellation into another error: stop anyway
                     raise
-                logger.exception("The stream hub could not receive; retrying")
+                if not failing:  # once per outage (it retries every RETRY_SECONDS meanwhile)
+                    logger.exception("The stream hub could not receive; retrying")
+                failing = True
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
+            if failing:
+                logger.warning("The stream hub receives again")
+                failing = False
             try:
                 kind = message.get("type")
                 if kind == "ledger.changes":
