@@ -36,7 +36,7 @@ from accounts.models import SystemRole, User
 from convert import errors, prices
 from convert.models import Order, OrderStatus, Pair, Quote
 from exchange.api.errors import Disconnected, InsufficientBalance
-from exchange.api.ratelimit import STORAGE_ERRORS, counters
+from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
 from exchange.selectors import business_is_on
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,7 @@ def _throttle(user: User, pair: Pair) -> None:
     try:
         count = counters().incr(f"convert-quote/{user.pk}/{pair.pk}", max(1, -(-interval_ms // 1000)))
     except STORAGE_ERRORS as exc:
+        STORAGE_OUTAGE.failed(exc)
         raise Disconnected() from exc
     if count > 1:
         raise errors.QuoteTooSoon(interval_ms)

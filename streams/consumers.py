@@ -40,7 +40,7 @@ from exchange.api.middleware import client_ip
 from streams import relay, watcher
 from streams.hub import Listener, hub_for, read_accounts
 from streams.selectors import listen_key_owners
-from streams.services import STORE_ERRORS
+from streams.services import STORE_ERRORS, STORE_OUTAGE
 from streams.store import OVER_KEY_CAP, Lease, connection_lease_seconds, store
 
 logger = logging.getLogger(__name__)
@@ -173,8 +173,8 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         # Refusals come before the handshake completes (a client sees HTTP 403; the code is ours).
         try:
             account, refusal = await _admit(self.primary, lease)
-        except STORE_ERRORS:
-            logger.exception("listenKey store unavailable")
+        except STORE_ERRORS as exc:
+            STORE_OUTAGE.failed(exc)
             await self.close(code=CLOSE_SERVER_ERROR)
             return
         if account is None:
@@ -264,8 +264,8 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             return
         try:
             owners = await _owners(new) if new else {}  # all of them in one round trip
-        except STORE_ERRORS:
-            logger.exception("listenKey store unavailable")
+        except STORE_ERRORS as exc:
+            STORE_OUTAGE.failed(exc)
             await self._error(request_id, Disconnected.code, Disconnected.message)
             return
         dead = [key for key, owner in owners.items() if owner is None]

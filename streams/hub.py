@@ -41,6 +41,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from accounts.models import User
+from exchange.outage import Outage
 from streams import relay
 from streams.events import build_events
 from streams.services import key_group
@@ -754,8 +755,10 @@ class Hub:
 
 def _retrieve(task: asyncio.Task) -> None:
     if not task.cancelled() and task.exception() is not None:
-        logger.error("Stream hub task failed", exc_info=task.exception())
+        TASK_OUTAGE.failed(task.exception())  # a Redis outage fails many at once: logged once, then every 10 s
 
+
+TASK_OUTAGE = Outage(logger, "Stream hub task failed")
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Hub]] = weakref.WeakKeyDictionary()
 

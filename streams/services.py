@@ -24,10 +24,13 @@ from exchange.api.errors import (
     Disconnected,
     ListenKeyExpired,
 )
+from exchange.outage import Outage
 from streams.models import ListenKey, ListenKeyHolder
 from streams.store import store
 
 logger = logging.getLogger(__name__)
+# Requests and handshakes that need the listenKey store while it is away: logged once, then every 10 s.
+STORE_OUTAGE = Outage(logger, "listenKey store unavailable: listenKey requests answered -1001/-1126, handshakes 1011")
 _ALPHABET = string.ascii_letters + string.digits
 # What an unreachable or failing Redis raises (redis-py's own errors, and the socket's).
 STORE_ERRORS = (RedisError, OSError)
@@ -69,8 +72,9 @@ def listen_key_start(*, account, api_key: str | None = None) -> str:
                 ListenKey.objects.filter(key=key).update(closed_at=timezone.now())
                 raise
     except STORE_ERRORS as exc:
-        logger.exception("listenKey store unavailable")
+        STORE_OUTAGE.failed(exc)
         raise CreateListenKeyFailed() from exc
+    STORE_OUTAGE.ok()
     # The API key may have been disabled (or the account frozen) while this request ran: the
     # revocation after that commit then looked for holders before ours was written. Either it saw
     # our holder row, or we see its change here (both read after their own write committed).
@@ -98,8 +102,9 @@ def _owned(account, key: str) -> None:
     try:
         owner = store().owner(key)
     except STORE_ERRORS as exc:
-        logger.exception("listenKey store unavailable")
+        STORE_OUTAGE.failed(exc)
         raise Disconnected() from exc
+    STORE_OUTAGE.ok()
     if owner != account.pk:
         raise ListenKeyExpired()
 
@@ -110,7 +115,7 @@ def listen_key_keepalive(*, account, key: str) -> None:
     try:
         extended = store().extend(key, ttl)
     except STORE_ERRORS as exc:
-        logger.exception("listenKey store unavailable")
+        STORE_OUTAGE.failed(exc)
         raise Disconnected() from exc
     if not extended:
         raise ListenKeyExpired()
@@ -122,7 +127,7 @@ def listen_key_close(*, account, key: str) -> None:
     try:
         listen_key_revoke(key=key)
     except STORE_ERRORS as exc:
-        logger.exception("listenKey store unavailable")
+        STORE_OUTAGE.failed(exc)
         raise Disconnected() from exc
 
 

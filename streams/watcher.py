@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from exchange.outage import Outage
 from streams import hub, relay
 from streams.store import Lease, connection_lease_seconds, store
 
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
     from streams.consumers import UserDataConsumer
 
 logger = logging.getLogger(__name__)
+# While Redis or the database is away these fail at every check: logged once, then every 10 s.
+CHECK_OUTAGE = Outage(logger, "Checking the streams' listenKeys failed; retrying")
+LEASE_OUTAGE = Outage(logger, "Could not renew the connections' leases; retrying at the next check")
 
 CHUNK = 1000  # keys per MGET, accounts per query
 
@@ -62,8 +66,10 @@ def _renew_and_look_up(
     if leases is not None:
         try:
             store().connections_renew(leases, seconds=connection_lease_seconds())
-        except Exception:
-            logger.exception("Could not renew the connections' leases; retrying at the next check")
+        except Exception as exc:  # noqa: BLE001 - logged by the Outage; renewed at the next check
+            LEASE_OUTAGE.failed(exc)
+        else:
+            LEASE_OUTAGE.ok()
     return _look_up(keys, accounts)
 
 
@@ -104,12 +110,13 @@ class KeyWatcher:
                 if moved or time.monotonic() - checked_at >= settings.STREAM_KEY_CHECK_SECONDS:
                     checked_at = time.monotonic()
                     await self.check()
+                    CHECK_OUTAGE.ok()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 if hub.cancelling():  # a library turned our cancellation into another error
                     raise
-                logger.exception("Checking the streams' listenKeys failed; retrying")
+                CHECK_OUTAGE.failed(exc)
 
     async def check(self) -> None:
         consumers = list(self.consumers)

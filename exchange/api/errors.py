@@ -21,8 +21,13 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
 from exchange.api import envelope
+from exchange.outage import Outage
 
 logger = logging.getLogger(__name__)
+# One line when the database goes away, then one every 10 s while requests keep failing (-1001).
+DATABASE_OUTAGE = Outage(
+    logger, "Database unavailable while handling requests (answered -1001)", level=logging.WARNING, traceback=False
+)
 
 
 class ExchangeError(Exception):
@@ -418,7 +423,7 @@ def _translate(exc: Exception, method: str) -> ExchangeError:
         # The database is away (restarting, unreachable, every pooled connection busy beyond
         # DB_POOL_TIMEOUT) or the connection broke: the transaction did not commit, or (a connection
         # lost during COMMIT) its outcome is unknown; a retry with the same client id is safe.
-        logger.warning("Database unavailable while handling a request: %s", str(exc).strip()[:300])
+        DATABASE_OUTAGE.failed(exc)
         return Disconnected()
     logger.exception("Unexpected error while handling a request", exc_info=exc)
     return UnknownError()

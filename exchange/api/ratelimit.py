@@ -48,8 +48,13 @@ from exchange.api.errors import (
     TooManyRequests,
 )
 from exchange.models import RateLimitBan
+from exchange.outage import Outage
 
 logger = logging.getLogger(__name__)
+# While the storage is away: the first failure with its traceback, then a line every 10 s, then one when it is back.
+STORAGE_OUTAGE = Outage(
+    logger, "Rate-limit storage unavailable: signed writes refused (-1001), other requests served and not counted"
+)
 
 USED_WEIGHT_HEADER = "X-SERVICE-USED-WEIGHT-1M"
 USED_UID_WEIGHT_HEADER = "X-SERVICE-USED-UID-WEIGHT-1M"
@@ -389,11 +394,11 @@ def charge(
     except STORAGE_ERRORS as exc:
         # Limits protect capacity, not money: an outage of their storage must not stop reads. A
         # signed write moves or changes something: without the replay check it could be run twice.
+        STORAGE_OUTAGE.failed(exc)
         if signature:
-            logger.error("Replay store unavailable (%s); signed write refused", type(exc).__name__)
             raise ReplayCheckUnavailable() from exc
-        logger.exception("Rate-limit storage unavailable; request not counted")
         return
+    STORAGE_OUTAGE.ok()
     if taken.ban_ms:
         _refuse_banned(taken.ban_ms / 1000)
     used = http_request.__dict__.setdefault("_used_weight", {})

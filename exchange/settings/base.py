@@ -340,10 +340,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"without_503": {"()": "exchange.outage.WithoutServiceUnavailable"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
-        # Django logs every 4xx with the path; our envelope already tells the client why.
-        "django.request": {"level": "ERROR"},
+        # Django logs every 4xx with the path; our envelope already tells the client why. A 503 is a
+        # refusal while a dependency is away: exchange/outage.py logs the outage, not each request.
+        "django.request": {"level": "ERROR", "filters": ["without_503"]},
         "django.server": {"level": "WARNING"},
         # One line per periodic task every few seconds drowns everything else; failures still log.
         "celery.app.trace": {"level": "WARNING"},

@@ -23,11 +23,15 @@ from django.db import close_old_connections
 
 from accounts.ledger.posting import PostingResult
 from exchange.api import formatting as fmt
+from exchange.outage import Outage
 from streams import fanout
 from streams.events import row_payload
 from streams.relay.feed import Messages, asset_precisions, mark_postings_published, messages_for
 
 logger = logging.getLogger(__name__)
+# While the channel layer or the database is away, every batch fails: logged once, then every 10 s.
+PUBLISH_OUTAGE = Outage(logger, "Publishing postings failed; the sweeper will deliver them")
+MARK_OUTAGE = Outage(logger, "Marking postings published failed; the sweeper will send them again")
 
 _server_process = False
 _server_loop: asyncio.AbstractEventLoop | None = None
@@ -178,11 +182,12 @@ class Publisher:
     def _publish(self, batch: list[PostingResult]) -> None:
         try:
             self.sender.send(_result_messages(batch))
-        except Exception:
-            logger.exception("Publishing %s postings failed; the sweeper will deliver them", len(batch))
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the sweeper delivers; the Outage logs it
+            PUBLISH_OUTAGE.failed(exc)
             self._end_database_work()
             self._done(len(batch))
             return
+        PUBLISH_OUTAGE.ok()
         self.batches += 1
         if not self._unmarked:
             self._unmarked_since = time.monotonic()
@@ -194,8 +199,8 @@ class Publisher:
         try:
             mark_postings_published(ids)
             self.marks += 1
-        except Exception:
-            logger.exception("Marking %s postings published failed; the sweeper will send them again", len(ids))
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the sweeper delivers; the Outage logs it
+            MARK_OUTAGE.failed(exc)
         finally:
             self._end_database_work()
             self._done(len(ids))

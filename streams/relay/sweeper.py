@@ -12,10 +12,13 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
+from exchange.outage import Outage
 from streams.relay.fast_path import remember_server_loop
 from streams.relay.feed import mark_published, unpublished
 
 logger = logging.getLogger(__name__)
+# Fails every STREAM_SWEEP_SECONDS while Redis or the database is away: logged once, then every 10 s.
+SWEEP_OUTAGE = Outage(logger, "Relay sweep failed; retrying")
 
 _sweeper: asyncio.Task | None = None
 
@@ -37,9 +40,11 @@ async def _sweep_forever() -> None:
             await sweep_once()
         except asyncio.CancelledError:
             raise
-        except Exception:
-            logger.exception("Relay sweep failed; retrying")
+        except Exception as exc:  # noqa: BLE001 - logged by the Outage; the next sweep retries
+            SWEEP_OUTAGE.failed(exc)
             await database_sync_to_async(close_old_connections)()
+        else:
+            SWEEP_OUTAGE.ok()
         await asyncio.sleep(settings.STREAM_SWEEP_SECONDS)
 
 

@@ -239,6 +239,7 @@ def test_storage_down_refuses_signed_writes_and_serves_reads(master, make_key, m
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from exchange.api import ratelimit
+    from exchange.outage import Outage
 
     api_key, secret = make_key(master)
     client = SignedClient(api_key.key, secret)
@@ -246,17 +247,30 @@ def test_storage_down_refuses_signed_writes_and_serves_reads(master, make_key, m
     def down(*args, **kwargs):
         raise RedisConnectionError("storage down")
 
+    take = ratelimit.Counters.take
     monkeypatch.setattr(ratelimit.Counters, "take", down)
+    outage = Outage(ratelimit.logger, ratelimit.STORAGE_OUTAGE.what)  # none logged yet in this test
+    monkeypatch.setattr(ratelimit, "STORAGE_OUTAGE", outage)
     stamp = now_ms()
     for _ in range(2):
         response = _same_write(client, stamp)
         assert_error(response, -1001, 503)
         assert WEIGHT not in response.headers
-    assert "signed write refused" in caplog.text
     read = client.get(ECHO, {"a": "1"})
     assert read.status_code == 200
     assert WEIGHT not in read.headers
-    assert "request not counted" in caplog.text
+    # Logged once for the outage (with the cause), not once per request.
+    logged = [r for r in caplog.records if r.name == ratelimit.logger.name]
+    assert [r.getMessage() for r in logged] == [ratelimit.STORAGE_OUTAGE.what], logged
+    assert "signed writes refused" in logged[0].getMessage()
+    assert "not counted" in logged[0].getMessage()
+    assert "storage down" in str(logged[0].exc_info[1])
+    assert outage.down
+    monkeypatch.setattr(ratelimit.Counters, "take", take)  # the storage is back
+    assert client.get(ECHO, {"a": "2"}).status_code == 200
+    assert not outage.down
+    back = [r.getMessage() for r in caplog.records if r.name == ratelimit.logger.name][-1]
+    assert "over: back after" in back, back
 
 
 @pytest.mark.django_db(transaction=True)
