@@ -82,6 +82,15 @@ class Deposit(models.Model):
             models.UniqueConstraint(fields=["network", "tx_id", "output_index"], name="deposit_once_per_output"),
             models.CheckConstraint(condition=Q(amount__gt=0), name="deposit_amount_positive"),
         ]
+        indexes = [
+            # The deposits that still need something (the dashboard's travel-rule queue): a few rows
+            # of a table that only grows.
+            models.Index(
+                fields=["status"],
+                condition=Q(status__in=[DepositStatus.PROCESSING, DepositStatus.NEED_FILL_DATA]),
+                name="deposit_open",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"deposit #{self.pk} {self.amount} {self.network}"
@@ -91,6 +100,10 @@ class WithdrawalStatus(models.IntegerChoices):
     PROCESSING = 0
     SUCCESS = 1
     FAILED = 2
+
+
+# A sent withdrawal's confirmations are followed until it has this many.
+CONFIRMATIONS_FOLLOWED = 100
 
 
 class WithdrawalStage(models.TextChoices):
@@ -149,6 +162,23 @@ class Withdrawal(models.Model):
             models.CheckConstraint(
                 condition=Q(first_approved_by__isnull=True) | ~Q(first_approved_by=models.F("decided_by")),
                 name="withdrawal_two_approvers",
+            ),
+        ]
+        indexes = [
+            # The open ones: the beat's sweep for stuck withdrawals (every minute) and the dashboard's
+            # queues read these, never the settled history.
+            models.Index(
+                fields=["stage", "updated_at"],
+                condition=Q(
+                    stage__in=[WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING]
+                ),
+                name="withdrawal_open",
+            ),
+            # Sent ones still gaining confirmations (withdrawals_refresh_confirmations).
+            models.Index(
+                fields=["id"],
+                condition=Q(stage=WithdrawalStage.SUCCEEDED, confirmations__lt=CONFIRMATIONS_FOLLOWED),
+                name="withdrawal_confirming",
             ),
         ]
 

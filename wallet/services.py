@@ -24,6 +24,7 @@ from accounts.models import SystemRole, User
 from wallet import errors
 from wallet.chain import BroadcastFailed, TxState, adapter
 from wallet.models import (
+    CONFIRMATIONS_FOLLOWED,
     Deposit,
     DepositAddress,
     DepositStatus,
@@ -455,7 +456,7 @@ def withdrawals_refresh_confirmations() -> None:
     chain = adapter()
     for withdrawal in (
         Withdrawal.objects.select_related("network")
-        .filter(stage=WithdrawalStage.SUCCEEDED, confirmations__lt=100)
+        .filter(stage=WithdrawalStage.SUCCEEDED, confirmations__lt=CONFIRMATIONS_FOLLOWED)
         .exclude(tx_id="")[:500]
     ):
         state, count = chain.confirmations(network=withdrawal.network, tx_id=withdrawal.tx_id)
