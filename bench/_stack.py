@@ -363,6 +363,17 @@ def make_run(env: dict[str, str], port: int | None = None, timeout: float = 300)
             time.sleep(0.2)
 
 
+def stack_label(running: Running) -> str:
+    """What the benches print on their `server:` line for the stack `make_run` started."""
+    from exchange.stack import Layout
+
+    layout = Layout.from_env(running.env, port=running.port, run_dir=running.run_dir)
+    return (
+        f"make run (exchange/stack.py): nginx, granian WSGI {layout.rest_workers} workers x "
+        f"{layout.rest_threads} threads, Daphne, Celery worker and beat, PostgreSQL, Redis"
+    )
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
