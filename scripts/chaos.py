@@ -18,8 +18,10 @@ tests/stack/test_faults.py runs the same driver (`run()`) and asserts on its res
    and unacknowledged task messages, listenKeys and their TTLs, channel-layer groups, and the replay
    memory (the signatures seen, and the memory epoch, docs/security.md). SHUTDOWN writes the AOF
    before Redis exits, so nothing acknowledged is lost. (Without persistence the queues would be
-   lost, the beat's sweeps would have to rescue every withdrawal and collection, every listenKey
-   would die, and signed writes would meet the epoch's two seconds of -1021.)
+   lost, the beat's sweeps would have to rescue every withdrawal and collection and every listenKey
+   would die.) Either way signed writes meet two seconds of -1021 once Redis is back: the service
+   sees another server process and starts its replay memory again (a crash could have lost its
+   last second).
    Then `manage.py migrate` and `manage.py demo --json` with DJANGO_SETTINGS_MODULE=exchange.settings.base.
 2. The stack as `make run` starts it: `Layout.from_env` on a free block of ports and a temporary run
    directory, `prepare()`, `Supervisor(...).start()` and its `watch()` in a thread (it starts again

@@ -21,6 +21,11 @@ Replay refusal never fails open (docs/security.md):
   time (MEMORY_MARGIN_MS, covering the future tolerance and clocks of other processes) could have
   been accepted before the storage forgot it, so it is refused with -1021 (sign again with a fresh
   timestamp). This lasts a couple of seconds after a restart for honest clients.
+- storage restarted with its data, or failed over to a replica (persistence restores the epoch, but
+  an AOF written every second, or a replica behind its master, can still lose the last signatures
+  remembered): every new connection to Redis compares the server's `run_id` (INFO) with the one
+  recorded in the storage; when it differs, the memory epoch starts again now, before the
+  connection's first command (`RestartWatch`).
 """
 
 from __future__ import annotations
@@ -108,6 +113,55 @@ if #KEYS > 4 and ip <= tonumber(ARGV[4]) and uid <= tonumber(ARGV[5]) then
 end
 return {0, ip, ip_ttl, uid, uid_ttl, 0}
 """.replace("MARGIN_MS", str(MEMORY_MARGIN_MS))
+
+
+# KEYS: the recorded server run id, the memory epoch; ARGV: this server's run id. Returns 0 (same server),
+# 1 (none recorded: the storage is new or was emptied, the epoch key tells the rest) or 2 (another
+# server than the one recorded holds the data: the memory epoch starts now).
+_RESTART_LUA = """
+local known = redis.call('GET', KEYS[1])
+if known == ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+if not known then return 1 end
+local now = redis.call('TIME')
+redis.call('SET', KEYS[2], tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)))
+return 2
+"""
+MEMORY_SERVER_KEY = "exchange/replay-memory-server"
+
+
+class RestartWatch:
+    """redis-py's connect hook (`redis_connect_func`) for the limits storage: after the handshake,
+    before the connection's first command, it reads the server's run id and, if the storage's data
+    was last written by another server process (a restart that restored its AOF or RDB, a replica
+    promoted), starts the memory epoch again. Every connection is new after a restart, so no
+    signed write is checked against a replay memory that may have lost its last entries."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []  # the prefixed MEMORY_SERVER_KEY and MEMORY_EPOCH_KEY
+
+    def on_connect(self, connection) -> None:
+        connection.on_connect()
+        connection.send_command("INFO", "server")
+        info = connection.read_response()
+        info = info.decode() if isinstance(info, bytes) else str(info)
+        run_id = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("run_id:"))
+        connection.send_command("EVAL", _RESTART_LUA, len(self.keys), *self.keys, run_id)
+        if connection.read_response() == 2:
+            logger.warning(
+                "Rate-limit storage: another Redis server process (run id %s) holds the data; the replay "
+                "memory starts again now (signed writes signed before it are refused -1021)",
+                run_id,
+            )
+
+
+def _storage_for(url: str) -> Storage:
+    if not url.startswith(("redis", "unix", "valkey")):
+        return storage_from_string(url)  # memory:// (embedded): one process, its memory is the epoch
+    watch = RestartWatch()
+    storage = storage_from_string(url, redis_connect_func=watch.on_connect)
+    watch.keys = [storage.prefixed_key(MEMORY_SERVER_KEY), storage.prefixed_key(MEMORY_EPOCH_KEY)]
+    return storage
 
 
 _START_EPOCH_LUA = """
@@ -240,9 +294,12 @@ class Counters:
         self.set_memory_epoch(0)
 
     def set_memory_epoch(self, epoch_ms: int) -> None:
-        """Declare that the storage has remembered every signature since `epoch_ms`."""
+        """Declare that the storage has remembered every signature since `epoch_ms` (on Redis: in
+        the server process that holds it now, whose run id is recorded with it)."""
         if self._redis:
-            self.storage.get_connection().set(self._key(MEMORY_EPOCH_KEY), epoch_ms)
+            client = self.storage.get_connection()
+            run_id = client.info("server")["run_id"]
+            client.mset({self._key(MEMORY_EPOCH_KEY): epoch_ms, self._key(MEMORY_SERVER_KEY): run_id})
         else:
             with self._lock:
                 self._memory_epoch = epoch_ms
@@ -262,7 +319,7 @@ class Counters:
 
 @lru_cache(maxsize=4)
 def _counters_for(url: str) -> Counters:
-    return Counters(storage_from_string(url))
+    return Counters(_storage_for(url))
 
 
 def counters() -> Counters:
