@@ -11,6 +11,7 @@ hot path is one attribute read while nothing is failing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -109,3 +110,38 @@ class Outage:
 
 def _cause(exc: BaseException | None) -> str:
     return f": {type(exc).__name__}: {str(exc).strip()[:300]}" if exc is not None else ""
+
+
+def _dependency_errors() -> tuple[type[BaseException], ...]:
+    from django import db
+    from redis import exceptions as redis
+
+    return (db.OperationalError, db.InterfaceError, redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+def periodic(name: str):
+    """For a periodic job (a beat task) whose next tick does the same work again: while the database
+    or Redis is away it logs through an `Outage` (once, then every 10 s, then when it runs again)
+    and returns None, instead of a traceback from Celery at every tick. Any other error still raises."""
+    outage = Outage(
+        logging.getLogger("exchange.periodic"),
+        f"Periodic job {name} could not reach the database or Redis; the next tick runs it again",
+        level=logging.WARNING,
+        traceback=False,
+    )
+
+    def wrap(job):
+        @functools.wraps(job)
+        def run(*args, **kwargs):
+            try:
+                result = job(*args, **kwargs)
+            except _dependency_errors() as exc:
+                outage.failed(exc)
+                return None
+            outage.ok()
+            return result
+
+        run.outage = outage
+        return run
+
+    return wrap

@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from exchange.outage import periodic
 from subaccounts import services
 
 
@@ -11,5 +12,6 @@ def fund_collection_task(collection_id: int) -> str:
 
 
 @shared_task(name="subaccounts.retry_stuck_collections")
+@periodic("fund-collection-retry")
 def retry_stuck_collections_task() -> int:
     return services.fund_collections_retry_stuck()

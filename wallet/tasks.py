@@ -3,6 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
+from exchange.outage import periodic
 from wallet import services
 
 
@@ -12,6 +13,7 @@ def withdrawal_process_task(withdrawal_id: int) -> str:
 
 
 @shared_task(name="wallet.scan_deposits")
+@periodic("chain-scan")
 def scan_deposits_task() -> int:
     touched = services.deposits_scan()
     services.withdrawals_refresh_confirmations()
@@ -19,11 +21,13 @@ def scan_deposits_task() -> int:
 
 
 @shared_task(name="wallet.retry_stuck_withdrawals")
+@periodic("withdrawal-retry")
 def retry_stuck_withdrawals_task() -> int:
     return services.withdrawals_retry_stuck()
 
 
 @shared_task(name="wallet.sim_advance_blocks")
+@periodic("sim-chain-blocks")
 def sim_advance_blocks_task() -> None:
     if settings.CHAIN_ADAPTER.endswith("SimulatedChain"):
         from wallet.chain.simulator import advance_blocks

@@ -91,3 +91,37 @@ def test_django_request_drops_503_refusals_and_keeps_other_5xx():
     record.status_code = 500
     assert keep.filter(record)
     assert logging.getLogger("django.request").filters, "settings.LOGGING installs the filter"
+
+
+def test_a_periodic_job_rides_out_an_outage_and_still_raises_its_own_errors(caplog, clock):
+    from django.db import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from exchange.outage import periodic
+
+    caplog.set_level(logging.INFO, logger="exchange.periodic")
+    failures = [OperationalError("the database system is shutting down"), RedisConnectionError("refused")]
+
+    @periodic("chain-scan")
+    def job() -> int:
+        if failures:
+            raise failures.pop(0)
+        return 7
+
+    assert job() is None  # the database away: logged, and the next tick runs it again
+    assert job() is None  # Redis away: counted
+    assert job() == 7  # back
+    lines = [r.getMessage() for r in caplog.records if r.name == "exchange.periodic"]
+    assert lines == [
+        "Periodic job chain-scan could not reach the database or Redis; the next tick runs it again: "
+        "OperationalError: the database system is shutting down",
+        "Periodic job chain-scan could not reach the database or Redis; the next tick runs it again"
+        " - over: back after 0.0 s, 2 failure(s) in all",
+    ]
+
+    @periodic("broken")
+    def bug() -> None:
+        raise ValueError("a defect, not an outage")
+
+    with pytest.raises(ValueError, match="a defect"):
+        bug()
