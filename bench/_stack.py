@@ -62,8 +62,8 @@ def recreate_database(env: dict[str, str]) -> None:
         [
             PYTHON,
             "-c",
-            "import redis,os; r=redis.from_url(os.environ['REDIS_URL']); r.flushdb(); "
-            "r.set('LIMITS:exchange/replay-memory-epoch', 0)",
+            "import redis,os; from exchange.replay_memory import declare_complete; "
+            "r=redis.from_url(os.environ['REDIS_URL']); r.flushdb(); declare_complete(r)",
         ],
         check=True,
         env=env,
@@ -314,9 +314,11 @@ def fresh_database(env: dict[str, str]) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
+    from exchange.replay_memory import declare_complete
+
     client = redis.from_url(env["REDIS_URL"])
     client.flushdb()
-    client.set("LIMITS:exchange/replay-memory-epoch", 0)
+    declare_complete(client)
 
 
 @contextlib.contextmanager

@@ -34,12 +34,14 @@ class Outage:
         every: float = 10.0,
         level: int = logging.ERROR,
         traceback: bool = True,
+        settle: float = 1.0,
     ) -> None:
         self.logger = logger
         self.what = what  # e.g. "Rate-limit storage unavailable; requests not counted"
         self.every = every
         self.level = level
         self.traceback = traceback  # False: the first failure's line names the error instead
+        self.settle = settle  # ok() ends an outage only this long after its last failure (mixed answers)
         self.down = False
         self._lock = threading.Lock()
         self._since = 0.0
@@ -50,7 +52,11 @@ class Outage:
 
     def failed(self, exc: BaseException | None = None) -> None:
         """One more failure. The first of an outage is logged with `exc`'s traceback; the following
-        ones are counted and summed up in one line every `every` seconds."""
+        ones are counted and summed up in one line every `every` seconds. An error that is not a
+        dependency being away (a defect) is logged whole, every time, and not counted."""
+        if exc is not None and not isinstance(exc, dependency_errors()):
+            self.logger.log(self.level, "%s (not an outage)", self.what, exc_info=exc)
+            return
         now = time.monotonic()
         with self._lock:
             quiet = self.down and now - self._last >= self.every
@@ -70,6 +76,7 @@ class Outage:
                 if now - self._reported < self.every:
                     return
                 count, self._unreported, self._reported = self._unreported, 0, now
+            since = self._since
         if first:
             if quiet:
                 lasted, total, unreported = ended
@@ -91,7 +98,7 @@ class Outage:
                 self.level,
                 "%s - still failing after %.0f s (%d more since the last line)%s",
                 self.what,
-                now - self._since,
+                now - since,
                 count,
                 _cause(exc),
             )
@@ -100,11 +107,12 @@ class Outage:
         """The dependency answered: if an outage was being logged, one line that it is over."""
         if not self.down:
             return
+        now = time.monotonic()
         with self._lock:
-            if not self.down:
-                return
+            if not self.down or now - self._last < self.settle:
+                return  # some requests still fail (e.g. a pool at its limit): the outage goes on
             self.down = False
-            lasted, total = time.monotonic() - self._since, self._total
+            lasted, total = now - self._since, self._total
         self.logger.warning("%s - over: back after %.1f s, %d failure(s) in all", self.what, lasted, total)
 
 
@@ -112,11 +120,26 @@ def _cause(exc: BaseException | None) -> str:
     return f": {type(exc).__name__}: {str(exc).strip()[:300]}" if exc is not None else ""
 
 
-def _dependency_errors() -> tuple[type[BaseException], ...]:
+@functools.cache
+def dependency_errors() -> tuple[type[BaseException], ...]:
+    """What a dependency being away raises: the database's operational and interface errors
+    (Django's and psycopg's own), Redis's connection, timeout, loading and read-only (a failover)
+    errors, and a socket's connection errors and timeouts."""
+    import psycopg
     from django import db
     from redis import exceptions as redis
 
-    return (db.OperationalError, db.InterfaceError, redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+    return (
+        db.OperationalError,
+        db.InterfaceError,
+        psycopg.OperationalError,
+        redis.ConnectionError,
+        redis.TimeoutError,
+        redis.BusyLoadingError,
+        redis.ReadOnlyError,
+        ConnectionError,  # the built-in ones (sockets): refused, reset, broken pipe
+        TimeoutError,
+    )
 
 
 def periodic(name: str):
@@ -135,7 +158,7 @@ def periodic(name: str):
         def run(*args, **kwargs):
             try:
                 result = job(*args, **kwargs)
-            except _dependency_errors() as exc:
+            except dependency_errors() as exc:
                 outage.failed(exc)
                 return None
             outage.ok()

@@ -89,6 +89,7 @@ import _load  # noqa: E402 - bench/_load.py: Signer, HttpConnection, Listener
 import psycopg  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
+from exchange.replay_memory import declare_complete  # noqa: E402
 from exchange.stack import Layout, Supervisor, prepare, stack_env  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable
@@ -499,7 +500,7 @@ class PrivateStack:
         self.redis = PrivateRedis(base, free_port())
         self.redis.start()
         # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit.py).
-        self.redis.client().set("LIMITS:exchange/replay-memory-epoch", 0)
+        declare_complete(self.redis.client())
         self.port = free_block()
         self.run_dir = base / "stack"
         self.env = stack_environment(self.pg.url(database), self.redis.url, self.port, self.run_dir) | env

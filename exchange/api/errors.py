@@ -24,7 +24,11 @@ from exchange.api import envelope
 from exchange.outage import Outage
 
 logger = logging.getLogger(__name__)
-# One line when the database goes away, then one every 10 s while requests keep failing (-1001).
+# A transaction of its own that failed (serialization failure, deadlock, statement cancelled or timed
+# out, lock not available): -1001 too ("not executed, retry"), logged per request.
+_ONE_REQUEST_STATES = frozenset({"40001", "40P01", "57014", "55P03"})
+# One line when the database goes away, then one every 10 s while requests keep failing (-1001), and
+# one when answers succeed again (GatewayApi.finalize_response calls ok()).
 DATABASE_OUTAGE = Outage(
     logger, "Database unavailable while handling requests (answered -1001)", level=logging.WARNING, traceback=False
 )
@@ -423,7 +427,11 @@ def _translate(exc: Exception, method: str) -> ExchangeError:
         # The database is away (restarting, unreachable, every pooled connection busy beyond
         # DB_POOL_TIMEOUT) or the connection broke: the transaction did not commit, or (a connection
         # lost during COMMIT) its outcome is unknown; a retry with the same client id is safe.
-        DATABASE_OUTAGE.failed(exc)
+        state = getattr(exc.__cause__, "sqlstate", None)
+        if state in _ONE_REQUEST_STATES:  # this request's transaction, not the database, failed
+            logger.warning("Database refused this request (SQLSTATE %s): %s", state, str(exc).strip()[:300])
+        else:
+            DATABASE_OUTAGE.failed(exc)
         return Disconnected()
     logger.exception("Unexpected error while handling a request", exc_info=exc)
     return UnknownError()

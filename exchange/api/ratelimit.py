@@ -43,8 +43,10 @@ from django.db import transaction
 from django.utils import timezone
 from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from exchange import replay_memory
 from exchange.api.errors import (
     IpBanned,
     ReplayCheckUnavailable,
@@ -68,7 +70,7 @@ STORAGE_ERRORS = (RedisError, OSError)
 # Signatures are not checked against a storage that may have forgotten them: a signed write is
 # refused unless its timestamp is at least this long after the storage's memory epoch.
 MEMORY_MARGIN_MS = 2000
-MEMORY_EPOCH_KEY = "exchange/replay-memory-epoch"
+MEMORY_EPOCH_KEY = replay_memory.EPOCH_KEY
 
 # KEYS: ban, memory epoch, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight,
 # uid weight, ip limit, uid limit, signature ms, signed timestamp ms. The epoch is taken from
@@ -116,18 +118,20 @@ return {0, ip, ip_ttl, uid, uid_ttl, 0}
 
 
 # KEYS: the recorded server run id, the memory epoch; ARGV: this server's run id. Returns 0 (same server),
-# 1 (none recorded: the storage is new or was emptied, the epoch key tells the rest) or 2 (another
-# server than the one recorded holds the data: the memory epoch starts now).
+# 1 (no epoch either: the storage is new or was emptied, and its first request starts the epoch) or
+# 2 (another server than the one recorded holds the data, or an epoch without a recorded server -
+# written by an older version, or its run id lost with the last second of an AOF: the memory epoch
+# starts now). Whoever empties the storage declares it complete with both keys (replay_memory).
 _RESTART_LUA = """
 local known = redis.call('GET', KEYS[1])
 if known == ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
-if not known then return 1 end
+if not known and redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
 local now = redis.call('TIME')
 redis.call('SET', KEYS[2], tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)))
 return 2
 """
-MEMORY_SERVER_KEY = "exchange/replay-memory-server"
+MEMORY_SERVER_KEY = replay_memory.SERVER_KEY
 
 
 class RestartWatch:
@@ -142,21 +146,34 @@ class RestartWatch:
 
     def on_connect(self, connection) -> None:
         connection.on_connect()
-        connection.send_command("INFO", "server")
-        info = connection.read_response()
-        info = info.decode() if isinstance(info, bytes) else str(info)
-        run_id = next(line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("run_id:"))
-        connection.send_command("EVAL", _RESTART_LUA, len(self.keys), *self.keys, run_id)
-        if connection.read_response() == 2:
+        try:
+            restarted, run_id = self._check(connection)
+        except RedisError:
+            raise
+        except Exception as exc:
+            # Anything else would escape as a 500 and leave the unchecked connection in the pool:
+            # redis-py drops a connection whose hook raises one of its own errors.
+            raise RedisConnectionError(f"replay memory check failed: {type(exc).__name__}: {exc}") from exc
+        if restarted:
             logger.warning(
                 "Rate-limit storage: another Redis server process (run id %s) holds the data; the replay "
                 "memory starts again now (signed writes signed before it are refused -1021)",
                 run_id,
             )
 
+    def _check(self, connection) -> tuple[bool, str]:
+        connection.send_command("INFO", "server")
+        info = connection.read_response()
+        info = info.decode(errors="replace") if isinstance(info, bytes) else str(info)
+        run_id = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("run_id:")), "")
+        if not run_id:
+            raise RedisConnectionError("the server's INFO has no run_id")
+        connection.send_command("EVAL", _RESTART_LUA, len(self.keys), *self.keys, run_id)
+        return connection.read_response() == 2, run_id
+
 
 def _storage_for(url: str) -> Storage:
-    if not url.startswith(("redis", "unix", "valkey")):
+    if not url.startswith(("redis://", "rediss://", "redis+unix://", "valkey")):
         return storage_from_string(url)  # memory:// (embedded): one process, its memory is the epoch
     watch = RestartWatch()
     storage = storage_from_string(url, redis_connect_func=watch.on_connect)

@@ -24,7 +24,15 @@ from rest_framework.views import APIView
 
 from accounts.keyring import keyrings
 from exchange.api.auth import SIGNING_PARAMS, EndpointAuth, RawRequest, Security, authenticate
-from exchange.api.errors import ApiKeyTypeWrong, BadRequest, MethodNotAllowed, NotFound, QueryTooLong, RequestTooLarge
+from exchange.api.errors import (
+    DATABASE_OUTAGE,
+    ApiKeyTypeWrong,
+    BadRequest,
+    MethodNotAllowed,
+    NotFound,
+    QueryTooLong,
+    RequestTooLarge,
+)
 from exchange.api.params import ParamSpec, body_pairs_from, is_json, merge_params, split_pairs
 from exchange.api.ratelimit import apply_weight_headers, charge
 
@@ -205,6 +213,8 @@ class GatewayApi(APIView):
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         apply_weight_headers(request, response)
+        if response.status_code < 500:
+            DATABASE_OUTAGE.ok()  # one attribute read unless an outage is being logged
         return response
 
 

@@ -50,22 +50,22 @@ def test_an_outage_is_its_first_failure_a_line_every_interval_and_its_end(caplog
 def test_without_ok_an_outage_ends_after_a_quiet_interval(caplog, clock):
     caplog.set_level(logging.INFO, logger=LOGGER)
     outage = Outage(logging.getLogger(LOGGER), "Database unavailable", every=10.0, traceback=False)
-    outage.failed(OSError("connection refused"))
+    outage.failed(ConnectionRefusedError("connection refused"))
     clock[0] += 2
-    outage.failed(OSError("connection refused"))
-    clock[0] += 60  # a new outage an hour... a minute later: logged again as a new one
-    outage.failed(OSError("the database system is starting up"))
+    outage.failed(ConnectionRefusedError("connection refused"))
+    clock[0] += 60  # a new outage a minute later: logged again as a new one
+    outage.failed(ConnectionResetError("the database system is starting up"))
     assert _lines(caplog) == [
-        "Database unavailable: OSError: connection refused",
+        "Database unavailable: ConnectionRefusedError: connection refused",
         "Database unavailable - the previous outage ended 60 s ago (it lasted 2.0 s, 2 failure(s), 1 not logged)",
-        "Database unavailable: OSError: the database system is starting up",
+        "Database unavailable: ConnectionResetError: the database system is starting up",
     ]
     assert all(r.exc_info is None for r in caplog.records if r.name == LOGGER)  # traceback=False
 
 
 def test_threads_failing_at_once_log_the_start_once(caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
-    outage = Outage(logging.getLogger(LOGGER), "Store unavailable", every=60.0)
+    outage = Outage(logging.getLogger(LOGGER), "Store unavailable", every=60.0, settle=0.0)
     start = threading.Barrier(16)
 
     def fail() -> None:
@@ -110,13 +110,14 @@ def test_a_periodic_job_rides_out_an_outage_and_still_raises_its_own_errors(capl
 
     assert job() is None  # the database away: logged, and the next tick runs it again
     assert job() is None  # Redis away: counted
+    clock[0] += 1.5  # a tick later
     assert job() == 7  # back
     lines = [r.getMessage() for r in caplog.records if r.name == "exchange.periodic"]
     assert lines == [
         "Periodic job chain-scan could not reach the database or Redis; the next tick runs it again: "
         "OperationalError: the database system is shutting down",
         "Periodic job chain-scan could not reach the database or Redis; the next tick runs it again"
-        " - over: back after 0.0 s, 2 failure(s) in all",
+        " - over: back after 1.5 s, 2 failure(s) in all",
     ]
 
     @periodic("broken")
@@ -125,3 +126,55 @@ def test_a_periodic_job_rides_out_an_outage_and_still_raises_its_own_errors(capl
 
     with pytest.raises(ValueError, match="a defect"):
         bug()
+
+
+def test_a_defect_is_logged_whole_every_time_and_not_counted(caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    outage = Outage(logging.getLogger(LOGGER), "Hub task failed", every=60.0)
+    outage.failed(ConnectionError("redis away"))
+    for _ in range(3):
+        outage.failed(TypeError("a bug"))
+    lines = _lines(caplog)
+    assert lines == ["Hub task failed"] + ["Hub task failed (not an outage)"] * 3
+    assert all(r.exc_info is not None for r in caplog.records if r.name == LOGGER)
+    assert outage.down
+
+
+def test_ok_ends_an_outage_only_once_failures_have_stopped(caplog, clock):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    outage = Outage(logging.getLogger(LOGGER), "Pool exhausted", every=10.0)
+    outage.failed(ConnectionError("pool timeout"))
+    clock[0] += 0.2
+    outage.ok()  # another request got a connection meanwhile: the outage goes on
+    outage.failed(ConnectionError("pool timeout"))
+    assert outage.down
+    assert _lines(caplog) == ["Pool exhausted"]
+    clock[0] += 1.5
+    outage.ok()
+    assert not outage.down
+    assert _lines(caplog)[-1] == "Pool exhausted - over: back after 1.7 s, 2 failure(s) in all"
+
+
+def test_a_deadlock_is_this_requests_failure_not_a_database_outage(caplog, monkeypatch):
+    """-1001 either way; a deadlock or serialization failure is logged per request and does not
+    start (or hide inside) the database outage's summary lines."""
+    import psycopg.errors
+    from django.db import OperationalError
+
+    from exchange.api import errors
+
+    outage = Outage(errors.logger, errors.DATABASE_OUTAGE.what, level=logging.WARNING, traceback=False)
+    monkeypatch.setattr(errors, "DATABASE_OUTAGE", outage)
+    caplog.set_level(logging.INFO, logger=errors.logger.name)
+    for _ in range(2):
+        deadlock = OperationalError("deadlock detected")
+        deadlock.__cause__ = psycopg.errors.DeadlockDetected("deadlock detected")
+        assert errors._translate(deadlock, "POST").code == -1001
+    assert not outage.down
+    away = OperationalError("connection failed: Connection refused")
+    away.__cause__ = psycopg.OperationalError("connection failed: Connection refused")
+    assert errors._translate(away, "POST").code == -1001
+    assert outage.down
+    lines = [r.getMessage() for r in caplog.records if r.name == errors.logger.name]
+    assert lines[:2] == ["Database refused this request (SQLSTATE 40P01): deadlock detected"] * 2
+    assert lines[2].startswith(errors.DATABASE_OUTAGE.what)

@@ -249,7 +249,7 @@ def test_storage_down_refuses_signed_writes_and_serves_reads(master, make_key, m
 
     take = ratelimit.Counters.take
     monkeypatch.setattr(ratelimit.Counters, "take", down)
-    outage = Outage(ratelimit.logger, ratelimit.STORAGE_OUTAGE.what)  # none logged yet in this test
+    outage = Outage(ratelimit.logger, ratelimit.STORAGE_OUTAGE.what, settle=0.0)  # none logged yet in this test
     monkeypatch.setattr(ratelimit, "STORAGE_OUTAGE", outage)
     stamp = now_ms()
     for _ in range(2):

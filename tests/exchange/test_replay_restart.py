@@ -13,7 +13,14 @@ import time
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from exchange.api.ratelimit import MEMORY_MARGIN_MS, Counters, _storage_for
+from exchange.api.ratelimit import (
+    MEMORY_MARGIN_MS,
+    MEMORY_SERVER_KEY,
+    STORAGE_ERRORS,
+    Counters,
+    RestartWatch,
+    _storage_for,
+)
 from scripts.chaos import PrivateRedis, free_port
 
 SIGNED_WRITE = {"ip_limit": 1000, "uid_limit": 1000, "signature_seconds": 60}
@@ -86,3 +93,33 @@ def test_the_same_server_and_an_emptied_storage_keep_the_epoch(redis_server):
     counters.reset()
     counters.storage.get_connection().connection_pool.disconnect()
     assert _take(counters, "first", old).replayed == 0
+
+
+def test_an_epoch_without_its_server_starts_again(redis_server):
+    """The run id recorded with the epoch lost (with an AOF's last second) or never written (an
+    older version wrote the epoch alone): the epoch cannot be trusted and starts again."""
+    counters = Counters(_storage_for(redis_server.url))
+    counters.reset()
+    signed_at = _now_ms()
+    assert _take(counters, "accepted", signed_at).replayed == 0
+    raw = redis_server.client()
+    assert raw.delete(counters.storage.prefixed_key("signature/key/accepted")) == 1
+    assert raw.delete(counters.storage.prefixed_key(MEMORY_SERVER_KEY)) == 1
+    counters.storage.get_connection().connection_pool.disconnect()  # the next command connects anew
+    assert _take(counters, "accepted", signed_at).replayed == 2
+
+
+def test_a_failing_check_drops_the_connection_and_reads_as_the_storage_unreachable(redis_server, monkeypatch):
+    counters = Counters(_storage_for(redis_server.url))
+    counters.reset()
+    counters.storage.get_connection().connection_pool.disconnect()
+
+    def broken(self, connection):
+        raise ValueError("no run id in this INFO")
+
+    monkeypatch.setattr(RestartWatch, "_check", broken)
+    with pytest.raises(STORAGE_ERRORS):  # the gateway answers -1001 for a signed write, never a 500
+        counters.take("ban/x", "ip/x", 1, None, 0, 60)
+    monkeypatch.undo()
+    # The connection the check failed on was not kept: the next one is checked and works.
+    assert _take(counters, "after", _now_ms()).replayed == 0

@@ -72,9 +72,11 @@ def flush_redis(url: str) -> None:
     declared complete (exchange/api/ratelimit.py), so the first signed writes are not refused."""
     import redis
 
+    from exchange.replay_memory import declare_complete
+
     client = redis.Redis.from_url(url)
     client.flushdb()
-    client.set("LIMITS:exchange/replay-memory-epoch", 0)
+    declare_complete(client)
 
 
 def stack_env(*, settings: str = "exchange.settings.base", drop: tuple[str, ...] = (), **overrides: str) -> dict:
