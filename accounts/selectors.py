@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
@@ -19,7 +19,7 @@ from accounts.limits import (
     snapshot_from_rows,
     snapshot_join_params,
 )
-from accounts.models import Asset, Balance, Entry, User
+from accounts.models import Asset, Balance, Entry, Posting, User
 
 
 def api_key_list(*, user: User) -> tuple[KeyRecord, ...]:
@@ -125,15 +125,38 @@ class HistoryPage:
     has_next: bool
 
 
+# A posting's created_at is taken right before the statement that gives it its id (ledger.post, after
+# its locks), so the two orders differ by that statement's time plus the clock difference between the
+# application and database servers. This margin bounds both with room to spare.
+POSTING_TIME_MARGIN = timedelta(hours=1)
+
+
+def posting_id_bounds(start: datetime, end: datetime) -> tuple[int | None, int | None]:
+    """Posting ids (lower, upper), exclusive, that every posting created within [start, end] lies
+    between (None: no bound): the last posting created before start - margin, the first created
+    after end + margin (two look-ups on the created_at index). Both were given their ids more than
+    a margin's worth of clock away from any posting of the window, so on the right side of it."""
+    postings = Posting.objects.values_list("id", flat=True)
+    lower = postings.filter(created_at__lt=start - POSTING_TIME_MARGIN).order_by("-created_at").first()
+    upper = postings.filter(created_at__gt=end + POSTING_TIME_MARGIN).order_by("created_at").first()
+    return lower, upper
+
+
 def transaction_history(
     *, user: User, asset: Asset, start: datetime, end: datetime, page: int, size: int
 ) -> HistoryPage:
     """The account's postings in `asset` within [start, end], oldest first, with their signed net
-    change (a hold from free to locked changes nothing and is not listed)."""
+    change (a hold from free to locked changes nothing and is not listed). The account's entries
+    are read from the id range of the window (posting_id_bounds), not from its first posting on."""
     offset = (page - 1) * size
     entries = Entry.objects.filter(
         account=user, asset=asset, posting__created_at__gte=start, posting__created_at__lte=end
     )
+    lower, upper = posting_id_bounds(start, end)
+    if lower is not None:
+        entries = entries.filter(posting_id__gt=lower)
+    if upper is not None:
+        entries = entries.filter(posting_id__lt=upper)
     if connection.vendor == "postgresql":
         rows = list(
             entries.values("posting_id", "posting__kind", "posting__created_at")

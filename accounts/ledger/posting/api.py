@@ -187,7 +187,6 @@ def _post(
     kind = BusinessType(kind).value
     account_ids = sorted({account for account, _, _ in totals})
     pairs = sorted({(account, asset_id(asset), asset) for account, asset, _ in totals})
-    now = timezone.now()
     write = postgres.write if connection.vendor == "postgresql" else sqlite.write
 
     for attempt in (1, 2):
@@ -206,6 +205,10 @@ def _post(
                 ):
                     guard()
                 plan = plan_posting(totals, kind, pairs, accounts)
+                # The posting's time is taken once its accounts are locked, right before the statement
+                # that gives it its id: so created_at and the id's order differ by milliseconds, never by
+                # a lock wait (the transaction history relies on it: POSTING_TIME_MARGIN).
+                now = timezone.now()
                 written = write(plan, kind, reference, memo[:255], actor_id, now, row)
                 result = _result(plan, written, kind, reference, now)
                 if after_commit_listeners:
