@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import F, Max, Sum
+from django.utils import timezone
 
 from accounts.keyring import KeyRecord, keyrings
 from accounts.ledger.posting import fetch_prepared
@@ -135,10 +136,23 @@ def posting_id_bounds(start: datetime, end: datetime) -> tuple[int | None, int |
     """Posting ids (lower, upper), exclusive, that every posting created within [start, end] lies
     between (None: no bound): the last posting created before start - margin, the first created
     after end + margin (two look-ups on the created_at index). Both were given their ids more than
-    a margin's worth of clock away from any posting of the window, so on the right side of it."""
+    a margin's worth of clock away from any posting of the window, so on the right side of it.
+    The upper bound is only sought among postings dated up to now, and only when end + margin is
+    past: a posting dated in the future by a wrong clock is never taken for one."""
     postings = Posting.objects.values_list("id", flat=True)
-    lower = postings.filter(created_at__lt=start - POSTING_TIME_MARGIN).order_by("-created_at").first()
-    upper = postings.filter(created_at__gt=end + POSTING_TIME_MARGIN).order_by("created_at").first()
+    try:
+        before = start - POSTING_TIME_MARGIN
+    except OverflowError:  # the first representable hour: nothing is before it
+        before = None
+    try:
+        after = end + POSTING_TIME_MARGIN
+    except OverflowError:  # the last representable hour
+        after = None
+    lower = postings.filter(created_at__lt=before).order_by("-created_at").first() if before is not None else None
+    now = timezone.now()
+    upper = None
+    if after is not None and after < now:
+        upper = postings.filter(created_at__gt=after, created_at__lte=now).order_by("created_at").first()
     return lower, upper
 
 

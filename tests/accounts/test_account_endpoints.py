@@ -663,6 +663,16 @@ def test_history_start_time_near_the_end_of_representable_time_is_not_a_server_e
     assert_error(response, -1025, 400)
 
 
+def test_history_end_time_at_the_end_of_representable_time_is_an_empty_page(customer, client_of, uid_limit_raised):
+    """endTime 9999-12-31T23:59:59Z (alone: the 7 days before it; or with a startTime) is a valid,
+    empty window: the posting-id bounds' margin past it cannot be represented and is not sought."""
+    end = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    for params in ({"endTime": ms(end)}, {"startTime": ms(end - 3 * DAY), "endTime": ms(end)}):
+        response = history(client_of(customer), tokenId="BTC", **params)
+        assert response.status_code == 200, response.content
+        assert response.json()["transactions"] == []
+
+
 @pytest.mark.parametrize(
     "params",
     [

@@ -5,7 +5,7 @@ what a scan of the whole journal would."""
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from unittest import mock
 
@@ -97,3 +97,32 @@ def test_a_posting_takes_its_time_once_it_holds_its_locks():
         result = deposit(user, "1", "BTC")
     assert result.created_at >= locked_at[0]
     assert Posting.objects.get(pk=result.posting_id).created_at >= locked_at[0]
+
+
+@pytest.mark.django_db
+def test_a_posting_dated_in_the_future_by_a_wrong_clock_hides_nothing():
+    """A host whose clock is hours fast dates one posting in the future; the default window (the
+    last 7 days, ending now) takes no upper bound, so the honest postings after it are all listed."""
+    btc = AssetFactory(code="BTC")
+    user = UserFactory()
+    now = timezone.now()
+    _deposit_at(now - 2 * DAY, user, "1")
+    _deposit_at(now + timedelta(hours=3), user, "2")  # the wrong clock
+    honest = [_deposit_at(now - timedelta(minutes=10 - n), user, "3").posting_id for n in range(3)]
+    page = selectors.transaction_history(user=user, asset=btc, start=now - 7 * DAY, end=now, page=1, size=100)
+    listed = [row.posting_id for row in page.rows]
+    assert all(pid in listed for pid in honest), listed
+    assert [pid for pid, _ in _everything(user, btc, now - 7 * DAY, now)] == listed
+
+
+@pytest.mark.django_db
+def test_windows_at_the_ends_of_representable_time_are_no_error():
+    btc = AssetFactory(code="BTC")
+    user = UserFactory()
+    deposit(user, "1", "BTC")
+    last = datetime.max.replace(tzinfo=UTC) - timedelta(minutes=30)
+    first = datetime.min.replace(tzinfo=UTC) + timedelta(minutes=30)
+    assert selectors.posting_id_bounds(last - 7 * DAY, last)[1] is None
+    assert selectors.posting_id_bounds(first, first + 7 * DAY)[0] is None
+    page = selectors.transaction_history(user=user, asset=btc, start=last - 7 * DAY, end=last, page=1, size=10)
+    assert page.rows == []
