@@ -786,7 +786,8 @@ async def test_both_streams_receive_the_transfer(demo):
         assert position["e"] == "outboundAccountPosition"
         assert position["B"] == [{"a": "PHP", "f": f"{after:.2f}", "l": "0.00"}]
         assert position["u"] == update["T"]
-        assert await ws.receive_nothing(0.2)
+        if not await ws.receive_nothing(0.2):  # seen once in a whole-suite SQLite run: say what it was
+            pytest.fail(f"an unexpected frame after the transfer's: {await ws.receive_output(1)}")
     for ws in streams:
         await ws.disconnect()
     assert (await sync_to_async(ledger_check)()).ok
