@@ -15,6 +15,7 @@ from accounts.ledger.posting import forget_asset_ids
 from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
 from exchange.ttlcache import clear_all
+from streams import relay
 from tests.support import loop_teardown
 from tests.support.client import SignedClient
 from tests.support.factories import ApiKeyFactory, UserFactory
@@ -47,6 +48,10 @@ def _fresh_rate_limits():
     # waited for ever at teardown (never alone). Production has one layer per process and loop.
     channel_layers.backends.clear()
     yield
+    # What this test posted is published now, not into the next test: account ids restart in each
+    # test database, so a late publish would reach the next test's streams as its own account's
+    # (seen in whole-suite runs: a sub-account transfer of an earlier test in a later test's stream).
+    relay.drain(5)
     ratelimit.storage().reset()
 
 
