@@ -46,8 +46,13 @@ from accounts.crypto import decrypt_secret
 from accounts.ledger.posting import fetch_prepared
 from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
 from exchange.api.signing import signer
+from exchange.outage import Outage
 
 logger = logging.getLogger(__name__)
+# The two Redis readers below retry every second (quarter second) while Redis is away: logged once,
+# then every 10 s, then when they are back (exchange/outage.py).
+LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
+LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
 
 INVALIDATE_CHANNEL = "exchange:keyring:invalidate"
 # The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)
@@ -314,16 +319,14 @@ class KeyringCache:
 
     def _read_log(self) -> None:
         interval = settings.API_KEY_REVOCATION_SECONDS / 4
-        failing = False
         while True:
             started = time.monotonic()
             try:
                 self.sync()
-                failing = False
-            except Exception:
-                if not failing:  # once per outage; the cache is not trusted meanwhile (_fresh)
-                    logger.exception("Cannot read the keyring revocation log; keys come from the database")
-                failing = True
+            except Exception as exc:  # noqa: BLE001 - the cache is not trusted meanwhile (_fresh)
+                LOG_OUTAGE.failed(exc)
+            else:
+                LOG_OUTAGE.ok()
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     def _ensure_subscriber(self) -> None:
@@ -346,24 +349,20 @@ class KeyringCache:
 
     def _listen(self) -> None:
         first = True
-        failing = False
         while True:
             try:
                 pubsub = _redis().pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(INVALIDATE_CHANNEL)
                 if not first:  # whatever changed while we were not listening is unknown: start clean
                     self.clear()
-                if failing:
-                    logger.warning("Keyring invalidation listener subscribed again")
-                first = failing = False
+                first = False
+                LISTEN_OUTAGE.ok()
                 self._subscribed.set()
                 for message in pubsub.listen():
                     if message.get("type") == "message":
                         self.evict(int(message["data"]))
-            except Exception:
-                if not failing:  # once per outage (it retries every second meanwhile)
-                    logger.exception("Keyring invalidation listener lost Redis; retrying every second")
-                failing = True
+            except Exception as exc:  # noqa: BLE001 - it retries every second; the Outage logs it
+                LISTEN_OUTAGE.failed(exc)
                 time.sleep(1)
 
 

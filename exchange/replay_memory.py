@@ -9,7 +9,14 @@ EPOCH_KEY = "exchange/replay-memory-epoch"  # since when (ms, Redis's clock) eve
 SERVER_KEY = "exchange/replay-memory-server"  # the run id of the Redis server process that remembered them
 
 
+def record(client, epoch_ms: int, prefix: str = PREFIX) -> None:
+    """Declare (a redis-py client of the storage's database) that it has remembered every signature
+    since `epoch_ms`, in the Redis server process that holds it now (its run id, recorded with it)."""
+    run_id = client.info("server")["run_id"]
+    client.mset({f"{prefix}:{EPOCH_KEY}": epoch_ms, f"{prefix}:{SERVER_KEY}": run_id})
+
+
 def declare_complete(client) -> None:
-    """On an emptied Redis database (a redis-py client of it): it has seen no signature, so its
-    replay memory is complete from the beginning of time, in the server process that holds it now."""
-    client.mset({f"{PREFIX}:{EPOCH_KEY}": 0, f"{PREFIX}:{SERVER_KEY}": client.info("server")["run_id"]})
+    """On an emptied Redis database: it has seen no signature, so its replay memory is complete
+    from the beginning of time."""
+    record(client, 0)

@@ -394,23 +394,18 @@ class Hub:
 
     async def _receive(self) -> None:
         channel = await self._channel()
-        failing = False
         while True:
             try:
                 message = await self.layer.receive(channel)
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
                 if cancelling():  # a library turned our cancellation into another error: stop anyway
                     raise
-                if not failing:  # once per outage (it retries every RETRY_SECONDS meanwhile)
-                    logger.exception("The stream hub could not receive; retrying")
-                failing = True
+                RECEIVE_OUTAGE.failed(exc)  # it retries every RETRY_SECONDS meanwhile
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
-            if failing:
-                logger.warning("The stream hub receives again")
-                failing = False
+            RECEIVE_OUTAGE.ok()
             try:
                 kind = message.get("type")
                 if kind == "ledger.changes":
@@ -759,6 +754,7 @@ def _retrieve(task: asyncio.Task) -> None:
 
 
 TASK_OUTAGE = Outage(logger, "Stream hub task failed")
+RECEIVE_OUTAGE = Outage(logger, "The stream hub could not receive; retrying", settle=0.0)
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Hub]] = weakref.WeakKeyDictionary()
 

@@ -72,6 +72,9 @@ STORAGE_ERRORS = (RedisError, OSError)
 MEMORY_MARGIN_MS = 2000
 MEMORY_EPOCH_KEY = replay_memory.EPOCH_KEY
 
+# Redis's clock in milliseconds, as text, from `local now = redis.call('TIME')` (one clock for every process).
+_NOW_MS = "tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))"
+
 # KEYS: ban, memory epoch, ip counter[, uid counter[, signature]]; ARGV: window seconds, ip weight,
 # uid weight, ip limit, uid limit, signature ms, signed timestamp ms. The epoch is taken from
 # Redis's clock (TIME), the one clock every process shares.
@@ -86,7 +89,7 @@ if ban > 0 then return {ban, 0, 0, -1, 0, 0} end
 local epoch = redis.call('GET', KEYS[2])
 if not epoch then
   local now = redis.call('TIME')  -- one clock for every process: Redis's
-  epoch = tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+  epoch = NOW_MS
   redis.call('SET', KEYS[2], epoch)
 end
 local function take(key, weight)
@@ -114,7 +117,7 @@ if #KEYS > 4 and ip <= tonumber(ARGV[4]) and uid <= tonumber(ARGV[5]) then
   redis.call('SET', KEYS[5], 1, 'PX', ARGV[6], 'NX')
 end
 return {0, ip, ip_ttl, uid, uid_ttl, 0}
-""".replace("MARGIN_MS", str(MEMORY_MARGIN_MS))
+""".replace("MARGIN_MS", str(MEMORY_MARGIN_MS)).replace("NOW_MS", _NOW_MS)
 
 
 # KEYS: the recorded server run id, the memory epoch; ARGV: this server's run id. Returns 0 (same server),
@@ -128,9 +131,9 @@ if known == ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1])
 if not known and redis.call('EXISTS', KEYS[2]) == 0 then return 1 end
 local now = redis.call('TIME')
-redis.call('SET', KEYS[2], tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)))
+redis.call('SET', KEYS[2], NOW_MS)
 return 2
-"""
+""".replace("NOW_MS", _NOW_MS)
 MEMORY_SERVER_KEY = replay_memory.SERVER_KEY
 
 
@@ -183,8 +186,8 @@ def _storage_for(url: str) -> Storage:
 
 _START_EPOCH_LUA = """
 local now = redis.call('TIME')
-return redis.call('SET', KEYS[1], tostring(tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)), 'NX')
-"""
+return redis.call('SET', KEYS[1], NOW_MS, 'NX')
+""".replace("NOW_MS", _NOW_MS)
 
 
 @dataclass(frozen=True)
@@ -314,9 +317,7 @@ class Counters:
         """Declare that the storage has remembered every signature since `epoch_ms` (on Redis: in
         the server process that holds it now, whose run id is recorded with it)."""
         if self._redis:
-            client = self.storage.get_connection()
-            run_id = client.info("server")["run_id"]
-            client.mset({self._key(MEMORY_EPOCH_KEY): epoch_ms, self._key(MEMORY_SERVER_KEY): run_id})
+            replay_memory.record(self.storage.get_connection(), epoch_ms, self.storage.key_prefix)
         else:
             with self._lock:
                 self._memory_epoch = epoch_ms

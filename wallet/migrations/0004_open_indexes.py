@@ -8,22 +8,18 @@ from django.db import migrations, models
 
 class AddIndexOnline(migrations.AddIndex):
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.add_index(model, self.index, concurrently=True)
-        else:
-            schema_editor.add_index(model, self.index)
+        self._change(schema_editor, to_state.apps.get_model(app_label, self.model_name), schema_editor.add_index)
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        model = from_state.apps.get_model(app_label, self.model_name)
+        self._change(schema_editor, from_state.apps.get_model(app_label, self.model_name), schema_editor.remove_index)
+
+    def _change(self, schema_editor, model, change):
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
         if schema_editor.connection.vendor == "postgresql":
-            schema_editor.remove_index(model, self.index, concurrently=True)
+            change(model, self.index, concurrently=True)
         else:
-            schema_editor.remove_index(model, self.index)
+            change(model, self.index)
 
 
 class Migration(migrations.Migration):
