@@ -164,7 +164,6 @@ def periodic(name: str):
             outage.ok()
             return result
 
-        run.outage = outage
         return run
 
     return wrap
