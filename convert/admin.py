@@ -1,5 +1,6 @@
-"""Convert admin: markets (prices, with their last confirmation time) and pairs are edited; quotes
-and orders are read-only; the house's liquidity per asset, topped up through an audited posting."""
+"""Convert admin: asset prices (one per asset, in the numeraire, with their last confirmation time),
+markets (spreads; their prices are derived) and pairs are edited; quotes and orders are read-only;
+the house's liquidity per asset, topped up through an audited posting."""
 
 from __future__ import annotations
 
@@ -16,15 +17,21 @@ from django.utils import timezone
 from accounts import ledger
 from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
-from convert import selectors, services
-from convert.models import Market, Order, Pair, Quote
+from convert import prices, selectors, services
+from convert.models import AssetPrice, Market, Order, Pair, Quote
 from exchange.services import staff_action
+
+
+class AssetPriceForm(forms.ModelForm):
+    class Meta:
+        model = AssetPrice
+        fields = ("asset", "anchor_price", "walk_step_bps", "walk_band_bps")
 
 
 class MarketForm(forms.ModelForm):
     class Meta:
         model = Market
-        fields = ("base", "quote", "anchor_price", "spread_bps", "walk_step_bps", "walk_band_bps")
+        fields = ("base", "quote", "spread_bps")
 
 
 class TopUpForm(forms.Form):
@@ -40,13 +47,14 @@ class TopUpForm(forms.Form):
         return amount
 
 
-@admin.register(Market)
-class MarketAdmin(admin.ModelAdmin):
-    """Setting the anchor moves the price there at once; the price source then walks it around."""
+@admin.register(AssetPrice)
+class AssetPriceAdmin(admin.ModelAdmin):
+    """One price per asset in the numeraire (CONVERT_NUMERAIRE). Setting the anchor moves the price
+    there at once; the price source then walks it around."""
 
-    form = MarketForm
-    list_display = ("__str__", "anchor_price", "price", "price_updated_at", "spread_bps", "walk_step_bps")
-    list_select_related = ("base", "quote")
+    form = AssetPriceForm
+    list_display = ("__str__", "anchor_price", "price", "price_updated_at", "walk_step_bps", "walk_band_bps")
+    list_select_related = ("asset",)
     readonly_fields = ("price", "price_updated_at")
 
     def save_model(self, request, obj, form, change):
@@ -54,6 +62,20 @@ class MarketAdmin(admin.ModelAdmin):
             obj.price = obj.anchor_price
             obj.price_updated_at = timezone.now()
         super().save_model(request, obj, form, change)
+
+
+@admin.register(Market)
+class MarketAdmin(admin.ModelAdmin):
+    """Two assets and the spread taken on each leg; the price is derived from the assets' prices."""
+
+    form = MarketForm
+    list_display = ("__str__", "price", "spread_bps")
+    list_select_related = ("base", "quote")
+
+    @admin.display(description="price (derived from the asset prices)")
+    def price(self, obj: Market):
+        found = prices.source().book().mid(obj.base.code, obj.quote.code)
+        return "-" if found is None else f"{found.price:.12g}"
 
     def get_urls(self):
         return [

@@ -1,24 +1,28 @@
 """The convert part of the demo world (idempotent), loaded after wallet's (settings.DEMO_LOADERS):
-markets BTC/PHP, USDT/PHP, ETH/USDT and BTC/USDT with believable prices, a pair each way for each,
-and the house's convert liquidity funded from equity."""
+one believable price per asset (in PHP, the default numeraire), markets BTC/PHP, USDT/PHP, ETH/USDT
+and BTC/USDT priced from them, a pair each way for each, and the house's convert liquidity funded
+from equity."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.utils import timezone
 
 from accounts import ledger
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import Asset, SystemRole
-from convert.models import Market, Pair
+from convert.models import AssetPrice, Market, Pair
 
-# base, quote, price (quote per base), spread bps
+# one price per asset, in PHP (ETH: 3,100 USDT); every market's price is derived from these
+PRICES_IN_PHP = {"PHP": "1", "BTC": "5200000", "USDT": "58.20", "ETH": "180420"}
+# base, quote, spread bps
 MARKETS = [
-    ("BTC", "PHP", "5200000", 20),
-    ("USDT", "PHP", "58.20", 15),
-    ("ETH", "USDT", "3100", 20),
-    ("BTC", "USDT", "89500", 20),
+    ("BTC", "PHP", 20),
+    ("USDT", "PHP", 15),
+    ("ETH", "USDT", 20),
+    ("BTC", "USDT", 20),
 ]
 # source: min, max source amounts
 BOUNDS = {
@@ -35,16 +39,17 @@ LIQUIDITY = {"BTC": "50", "ETH": "800", "USDT": "5000000", "PHP": "250000000"}
 def load(customers: int = 0) -> dict[str, dict]:  # customers: accounts.demo's
     assets = {asset.code: asset for asset in Asset.objects.filter(code__in=PRECISION)}
     now = timezone.now()
-    for base, quote, price, spread in MARKETS:
+    numeraire = Decimal(PRICES_IN_PHP.get(settings.CONVERT_NUMERAIRE, "0"))
+    for code, price in PRICES_IN_PHP.items():
+        if code == settings.CONVERT_NUMERAIRE or not numeraire:
+            continue
+        in_numeraire = (Decimal(price) / numeraire).quantize(Decimal("1e-18"))
+        AssetPrice.objects.get_or_create(
+            asset=assets[code], defaults={"anchor_price": in_numeraire, "price": in_numeraire, "price_updated_at": now}
+        )
+    for base, quote, spread in MARKETS:
         market, _ = Market.objects.get_or_create(
-            base=assets[base],
-            quote=assets[quote],
-            defaults={
-                "anchor_price": Decimal(price),
-                "price": Decimal(price),
-                "price_updated_at": now,
-                "spread_bps": spread,
-            },
+            base=assets[base], quote=assets[quote], defaults={"spread_bps": spread}
         )
         for source, target in ((base, quote), (quote, base)):
             minimum, maximum = BOUNDS[source]

@@ -1,6 +1,7 @@
-"""Convert: markets (a price between two assets), pairs (a direction a customer may convert in, with
-its limits), quotes (a firm price for a few seconds) and orders (an accepted quote, settled by one
-CONVERT posting, or a failed accept kept for support). docs/convert.md has the rules."""
+"""Convert: asset prices (one per asset, in the numeraire), markets (two assets and a spread), pairs
+(a direction a customer may convert in, with its limits), quotes (a firm price for a few seconds) and
+orders (an accepted quote, settled by one CONVERT posting, or a failed accept kept for support).
+docs/convert.md has the rules."""
 
 from __future__ import annotations
 
@@ -10,20 +11,18 @@ from django.db.models import F, Q
 from accounts.ledger.models import AmountField
 
 
-class Market(models.Model):
-    """The reference price of `base` in `quote` units. Operators set the anchor; the price source
-    (convert/prices.py; the default moves `price` by a bounded random walk around the anchor) keeps
-    `price` and `price_updated_at` current. Quotes refuse a price older than
-    CONVERT_PRICE_MAX_AGE_SECONDS."""
+class AssetPrice(models.Model):
+    """One asset's price in the numeraire (CONVERT_NUMERAIRE, e.g. PHP): every market's price is
+    derived from two of these, so the prices quoted at any one moment are consistent and no cycle
+    of conversions returns more than it started with (docs/convert.md, "No cycle profits").
+    Operators set the anchor; the price source (convert/prices.py; the default moves `price` by a
+    bounded random walk around the anchor) keeps `price` and `price_updated_at` current. The
+    numeraire itself has no row: its price is 1, always."""
 
-    base = models.ForeignKey("accounts.Asset", on_delete=models.PROTECT, related_name="+")
-    quote = models.ForeignKey("accounts.Asset", on_delete=models.PROTECT, related_name="+")
-    anchor_price = AmountField(help_text="Operators' price: quote units per one base unit.")
-    price = AmountField(help_text="The current reference price (moves around the anchor).")
+    asset = models.OneToOneField("accounts.Asset", on_delete=models.PROTECT, related_name="+")
+    anchor_price = AmountField(help_text="Operators' price: numeraire units per one unit of the asset.")
+    price = AmountField(help_text="The current price in the numeraire (moves around the anchor).")
     price_updated_at = models.DateTimeField(help_text="When the price source last confirmed the price.")
-    spread_bps = models.PositiveIntegerField(
-        default=20, help_text="Taken from the customer's side of every quote, both ways (1 bp = 0.01%)."
-    )
     walk_step_bps = models.PositiveIntegerField(
         default=5, help_text="Simulated market: the largest move per tick (0: the price stays at the anchor)."
     )
@@ -33,9 +32,28 @@ class Market(models.Model):
 
     class Meta:
         constraints = [
+            models.CheckConstraint(condition=Q(anchor_price__gt=0) & Q(price__gt=0), name="asset_price_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.asset.code} price"
+
+
+class Market(models.Model):
+    """Two assets customers may convert between, and the spread the house takes on each leg. Its
+    price (`quote` units per one `base` unit) is not stored: it is derived from the two assets'
+    prices in the numeraire (AssetPrice) by the price source."""
+
+    base = models.ForeignKey("accounts.Asset", on_delete=models.PROTECT, related_name="+")
+    quote = models.ForeignKey("accounts.Asset", on_delete=models.PROTECT, related_name="+")
+    spread_bps = models.PositiveIntegerField(
+        default=20, help_text="Taken from the customer's side of every quote, both ways (1 bp = 0.01%)."
+    )
+
+    class Meta:
+        constraints = [
             models.UniqueConstraint(fields=["base", "quote"], name="one_market_per_asset_pair"),
             models.CheckConstraint(condition=~Q(base=F("quote")), name="market_of_two_assets"),
-            models.CheckConstraint(condition=Q(anchor_price__gt=0) & Q(price__gt=0), name="market_price_positive"),
         ]
 
     def __str__(self) -> str:

@@ -35,6 +35,7 @@ from accounts.ledger.models import Balance, BusinessType, Posting
 from accounts.models import SystemRole, User
 from convert import errors, prices
 from convert.models import Order, OrderStatus, Pair, Quote
+from convert.prices import customer_price
 from exchange.api.errors import Disconnected, InsufficientBalance
 from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
 from exchange.selectors import business_is_on
@@ -61,21 +62,6 @@ def _fits(value: Decimal, places: int) -> bool:
     return value == value.quantize(_places(places))
 
 
-PRICE_DIGITS = 12  # significant digits of a quoted price
-
-
-def customer_price(market_price: Decimal, spread_bps: int) -> Decimal:
-    """Target units per source unit the customer gets: the market's less the spread, rounded down
-    to PRICE_DIGITS significant digits (and at most 18 places). Twelve digits are more than any
-    price needs, and every database keeps them exactly (SQLite, the embedded mode, stores decimals
-    as 15-digit floats)."""
-    with localcontext(prec=60):
-        price = market_price * (1 - Decimal(spread_bps) / BPS)
-        if price <= 0:
-            return Decimal(0)
-        return _down(price, min(18, PRICE_DIGITS - 1 - price.adjusted()))
-
-
 def _require_business_on() -> None:
     if not business_is_on("CONVERT"):
         raise errors.ConvertSuspended()
@@ -86,15 +72,13 @@ def _require_may_convert(user: User) -> None:
         raise errors.AccountUnavailable()
 
 
-def pair_find(source_code: str, target_code: str) -> Pair:
-    pair = (
-        Pair.objects.select_related("source", "target", "market")
-        .filter(source__code=source_code, target__code=target_code, enabled=True)
-        .first()
-    )
-    if pair is None:
-        raise errors.PairNotSupported(source_code, target_code)
-    return pair
+def pair_find(source_code: str, target_code: str, pairs: list[Pair]) -> Pair:
+    """The enabled pair in that direction, among `pairs` (prices.pairs_in_play: one query gives the
+    pair and what the arbitrage guard needs)."""
+    for pair in pairs:
+        if pair.source.code == source_code and pair.target.code == target_code:
+            return pair
+    raise errors.PairNotSupported(source_code, target_code)
 
 
 def _throttle(user: User, pair: Pair) -> None:
@@ -157,8 +141,9 @@ def quote_create(
         raise errors.OneAmountRequired()
     _require_business_on()
     _require_may_convert(user)
-    pair = pair_find(source_code, target_code)
-    market = prices.current_price(pair)
+    pairs = prices.pairs_in_play()
+    pair = pair_find(source_code, target_code, pairs)
+    market = prices.current_price(pair, pairs)
     price = customer_price(market.price, pair.market.spread_bps)
     if price <= 0:
         raise errors.LiquidityUnavailable()
@@ -231,10 +216,12 @@ def quote_accept(*, user: User, quote_id: str) -> Order:
         pair = quote.pair
         if not pair.enabled:
             raise errors.LiquidityUnavailable()
-        market = prices.current_price(pair)  # stale or missing: LiquidityUnavailable
+        market = prices.current_price(pair)  # stale, missing or arbitrage: LiquidityUnavailable
         tolerance = Decimal(settings.CONVERT_LAST_LOOK_TOLERANCE_BPS) / BPS
         now_price = customer_price(market.price, pair.market.spread_bps)
         if now_price < quote.price * (1 - tolerance):  # the market moved against the house
+            raise errors.PriceChanged()
+        if quote.price > market.price:  # the house would pay more than the market's price now
             raise errors.PriceChanged()
     except errors.ConvertError as error:
         _fail(quote, error)

@@ -35,7 +35,6 @@ IP_WEIGHT_LIMIT_PER_MINUTE = env.int("IP_WEIGHT_LIMIT_PER_MINUTE", default=120)
 UID_WEIGHT_LIMIT_PER_MINUTE = env.int("UID_WEIGHT_LIMIT_PER_MINUTE", default=180)
 RATE_LIMIT_BAN_MIN_SECONDS = env.int("RATE_LIMIT_BAN_MIN_SECONDS", default=120)
 RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 24 * 3600)
-QUOTE_TTL_SECONDS = env.int("QUOTE_TTL_SECONDS", default=10)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
 LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
 # Request size (docs/api.md, "Request size"; nginx in exchange/stack.py refuses the same earlier): a
@@ -283,8 +282,14 @@ CONVERT_QUOTE_INTERVAL_MS = env.int("CONVERT_QUOTE_INTERVAL_MS", default=1000)  
 CONVERT_PRICE_SOURCE = env.str("CONVERT_PRICE_SOURCE", default="convert.prices.ReferencePrices")
 CONVERT_MARKET_TICK_SECONDS = env.float("CONVERT_MARKET_TICK_SECONDS", default=5.0)
 CONVERT_PRICE_MAX_AGE_SECONDS = env.float("CONVERT_PRICE_MAX_AGE_SECONDS", default=30.0)
-# Last look: an accept is refused when the customer's price has fallen by more than this since the quote.
+# Last look: an accept is refused when the customer's price has fallen by more than this since the quote
+# (and always when the quote's price is above the market's price now).
 CONVERT_LAST_LOOK_TOLERANCE_BPS = env.int("CONVERT_LAST_LOOK_TOLERANCE_BPS", default=50)
+# Every asset has one price in this asset; every market's price is derived from two of them.
+CONVERT_NUMERAIRE = env.str("CONVERT_NUMERAIRE", default="PHP")
+# The guard: quoting stops (and an error is logged) while some cycle of conversions at the customers'
+# prices would return more than this above what it started with. 0: no cycle may gain anything.
+CONVERT_ARBITRAGE_TOLERANCE_BPS = env.int("CONVERT_ARBITRAGE_TOLERANCE_BPS", default=0)
 # House roles split over several ledger accounts so that postings of different customers do not
 # queue on one lock (accounts/ledger/system.py). Roles not named have one account.
 HOUSE_ACCOUNT_SHARDS = {

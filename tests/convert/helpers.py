@@ -8,12 +8,13 @@ import itertools
 import time
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
+from django.conf import settings
 from django.utils import timezone
 
 from accounts import ledger
 from accounts.ledger.models import Balance, BusinessType
 from accounts.models import SystemRole
-from convert.models import Market, Pair
+from convert.models import AssetPrice, Market, Pair
 
 PAIRS = "/openapi/convert/v1/get-supported-trading-pairs"
 QUOTE = "/openapi/convert/v1/get-quote"
@@ -80,12 +81,17 @@ def up(value: Decimal, places: int) -> Decimal:
     return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_CEILING)
 
 
+def asset_price(code: str) -> Decimal:
+    """The asset's stored price in the numeraire (PHP in the tests; the numeraire itself is 1)."""
+    if code == settings.CONVERT_NUMERAIRE:
+        return Decimal(1)
+    return AssetPrice.objects.get(asset__code=code).price
+
+
 def market_price(source: str, target: str) -> Decimal:
-    """Target units per source unit at the market (the stored price, or its inverse), unrounded."""
-    pair = Pair.objects.select_related("market__base").get(source__code=source, target__code=target)
-    market = pair.market
+    """Target units per source unit at the market: the ratio of the two assets' prices, unrounded."""
     with localcontext(prec=60):
-        return market.price if market.base.code == source else Decimal(1) / market.price
+        return asset_price(source) / asset_price(target)
 
 
 PRICE_DIGITS = 12
@@ -100,15 +106,28 @@ def customer_price(source: str, target: str) -> Decimal:
         return down(exact, min(18, PRICE_DIGITS - 1 - exact.adjusted()))
 
 
+def set_asset_price(code: str, price, *, fresh: bool = True) -> None:
+    """Set an asset's price (and anchor) in the numeraire, as a price source would; confirmed now
+    unless `fresh=False`."""
+    values = {"price": Decimal(price), "anchor_price": Decimal(price)}
+    if fresh:
+        values["price_updated_at"] = timezone.now()
+    assert AssetPrice.objects.filter(asset__code=code).update(**values) == 1, code
+
+
 def set_market(base: str, quote_code: str, price, *, spread_bps: int | None = None, fresh: bool = True) -> Market:
-    """Set a market's price (and anchor), as a price source would; confirmed now unless `fresh=False`."""
+    """Make the market base/quote trade at `price` (quote units per base), as a price source would: by
+    setting the base's price in the numeraire (or the quote's, when the base is the numeraire), so
+    every other market stays consistent with it. Its spread too, when given."""
     market = Market.objects.get(base__code=base, quote__code=quote_code)
-    market.price = market.anchor_price = Decimal(price)
+    with localcontext(prec=60):
+        if base == settings.CONVERT_NUMERAIRE:
+            set_asset_price(quote_code, (Decimal(1) / Decimal(price)).quantize(Decimal("1e-18")), fresh=fresh)
+        else:
+            set_asset_price(base, (Decimal(price) * asset_price(quote_code)).quantize(Decimal("1e-18")), fresh=fresh)
     if spread_bps is not None:
         market.spread_bps = spread_bps
-    if fresh:
-        market.price_updated_at = timezone.now()
-    market.save()
+        market.save(update_fields=["spread_bps"])
     return market
 
 

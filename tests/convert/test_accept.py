@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from accounts.ledger.models import BusinessType, Posting
 from convert import services
-from convert.models import Market, Order, OrderStatus, Pair, Quote
+from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
 from exchange.services import business_status_set
 from tests.convert.helpers import (
     ACCOUNT,
@@ -28,10 +28,12 @@ from tests.convert.helpers import (
     accept,
     drain,
     free,
+    market_price,
     ok,
     quote,
     refill,
     refused,
+    set_market,
     shard_of,
     shards,
 )
@@ -256,10 +258,7 @@ def test_a_conversion_larger_than_any_one_shard_is_paid_by_several(alice):
 
 
 def _move_market(base: str, quote_code: str, bps: int) -> None:
-    market = Market.objects.get(base__code=base, quote__code=quote_code)
-    market.price = market.price * (Decimal(10000) + bps) / Decimal(10000)
-    market.price_updated_at = timezone.now()
-    market.save()
+    set_market(base, quote_code, market_price(base, quote_code) * (Decimal(10000) + bps) / Decimal(10000))
 
 
 @pytest.mark.parametrize(
@@ -269,6 +268,10 @@ def _move_market(base: str, quote_code: str, bps: int) -> None:
         ("BTC", "PHP", {"target_amount": "50000"}, -60),
         ("PHP", "BTC", {"source_amount": "50000"}, +60),  # BTC dearer: the house pays too much BTC
         ("USDT", "ETH", {"source_amount": "100"}, +100),
+        # within the 50 bp tolerance but beyond the 20 bp spread: the house would pay more than the
+        # market's price now (a free option: quote, wait for the market, accept, convert back)
+        ("BTC", "PHP", {"source_amount": "0.01"}, -40),
+        ("PHP", "BTC", {"source_amount": "50000"}, +40),
     ],
 )
 def test_a_market_move_against_the_house_beyond_the_tolerance_is_refused(alice, source, target, amount, move_bps):
@@ -284,8 +287,8 @@ def test_a_market_move_against_the_house_beyond_the_tolerance_is_refused(alice, 
 @pytest.mark.parametrize(
     ("source", "target", "move_bps"),
     [
-        ("BTC", "PHP", -40),  # against the house, within the 50 bp tolerance
-        ("PHP", "BTC", +40),
+        ("BTC", "PHP", -15),  # against the house, within the 50 bp tolerance and the 20 bp spread
+        ("PHP", "BTC", +15),
         ("BTC", "PHP", +500),  # in the house's favour: any size
         ("PHP", "BTC", -500),
     ],
@@ -307,8 +310,12 @@ def test_the_tolerance_is_a_setting(alice, settings):
     refused(accept(alice.client, qid), PRICE_CHANGED)
     settings.CONVERT_LAST_LOOK_TOLERANCE_BPS = 200
     qid = quote_id(alice.client)
-    _move_market("BTC", "PHP", -150)
+    _move_market("BTC", "PHP", -15)
     assert ok(accept(alice.client, qid))["status"] == "SUCCESS"
+    # however large the tolerance, the house never pays more than the market's price now
+    qid = quote_id(alice.client)
+    _move_market("BTC", "PHP", -150)
+    refused(accept(alice.client, qid), PRICE_CHANGED)
 
 
 # --- the price, the business, the account, the pair at accept time -------------------------------------
@@ -317,7 +324,7 @@ def test_the_tolerance_is_a_setting(alice, settings):
 def test_a_stale_price_at_accept_is_refused(alice, settings):
     qid = quote_id(alice.client)
     old = timezone.now() - timedelta(seconds=settings.CONVERT_PRICE_MAX_AGE_SECONDS + 1)
-    Market.objects.filter(base__code="BTC", quote__code="PHP").update(price_updated_at=old)
+    AssetPrice.objects.filter(asset__code="BTC").update(price_updated_at=old)
     before = snapshot(alice.user.pk)
     refused(accept(alice.client, qid), LIQUIDITY)
     assert_failed_order(qid, LIQUIDITY)

@@ -12,7 +12,7 @@ from django.urls import reverse
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import User
 from convert import services
-from convert.models import Market, Order, Quote
+from convert.models import AssetPrice, Market, Order, Quote
 from tests.convert.helpers import free, shards
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.factories import customer
@@ -87,22 +87,30 @@ def test_quotes_and_orders_are_read_only(orders, root, model):
 
 def test_a_new_anchor_moves_the_price_at_once(convert_world, operations):
     _, client = operations
+    btc = AssetPrice.objects.get(asset__code="BTC")
+    AssetPrice.objects.filter(pk=btc.pk).update(price=Decimal("5100000"))
+    response = client.post(
+        reverse("admin:convert_assetprice_change", args=[btc.pk]),
+        {"asset": btc.asset_id, "anchor_price": "6000000", "walk_step_bps": "5", "walk_band_bps": "300"},
+    )
+    assert response.status_code == 302, response.content[:1000]
+    btc.refresh_from_db()
+    assert (btc.anchor_price, btc.price) == (Decimal(6000000), Decimal(6000000))
+    # every market with BTC follows: BTC/USDT is now 6,000,000 / 58.20
+    page = client.get(reverse("admin:convert_market_changelist"))
+    assert "103092.783505" in page.content.decode()
+
+
+def test_a_market_edits_its_spread(convert_world, operations):
+    _, client = operations
     market = Market.objects.get(base__code="BTC", quote__code="PHP")
-    Market.objects.filter(pk=market.pk).update(price=Decimal("5100000"))
     response = client.post(
         reverse("admin:convert_market_change", args=[market.pk]),
-        {
-            "base": market.base_id,
-            "quote": market.quote_id,
-            "anchor_price": "6000000",
-            "spread_bps": "30",
-            "walk_step_bps": "5",
-            "walk_band_bps": "300",
-        },
+        {"base": market.base_id, "quote": market.quote_id, "spread_bps": "30"},
     )
     assert response.status_code == 302, response.content[:1000]
     market.refresh_from_db()
-    assert (market.anchor_price, market.price, market.spread_bps) == (Decimal(6000000), Decimal(6000000), 30)
+    assert market.spread_bps == 30
 
 
 def test_the_liquidity_page_shows_the_house_per_asset(convert_world, root):

@@ -1,6 +1,7 @@
-"""The simulated market (convert.prices.ReferencePrices.tick): a bounded random walk around each
-market's anchor, at most walk_step_bps per tick, confirming the price; walk_step_bps=0 keeps the
-anchor; the periodic task runs it; a confirmed price makes a stale market quotable again."""
+"""The simulated market (convert.prices.ReferencePrices.tick): a bounded random walk of each asset's
+price in the numeraire around its anchor, at most walk_step_bps per tick, confirming the price;
+walk_step_bps=0 keeps the anchor; the periodic task runs it; a confirmed price makes a stale market
+quotable again."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from convert import prices, tasks
-from convert.models import Market
+from convert.models import AssetPrice
 from tests.convert.helpers import LIQUIDITY, ok, quote, refused
 from tests.support.factories import customer
 
@@ -19,12 +20,12 @@ TICKS = 300
 
 
 def _prices() -> dict[int, Decimal]:
-    return dict(Market.objects.values_list("pk", "price"))
+    return dict(AssetPrice.objects.values_list("pk", "price"))
 
 
 def test_the_walk_stays_in_its_band_and_steps(convert_world):
-    Market.objects.update(walk_step_bps=25, walk_band_bps=100)  # big steps: the band is reached
-    markets = {m.pk: m for m in Market.objects.all()}
+    AssetPrice.objects.update(walk_step_bps=25, walk_band_bps=100)  # big steps: the band is reached
+    markets = {m.pk: m for m in AssetPrice.objects.all()}
     source = prices.ReferencePrices(rng=random.Random(20261124))
     previous = _prices()
     seen_moves, at_edge = 0, 0
@@ -52,7 +53,7 @@ def test_the_demo_walk_moves_a_little(convert_world):
     for _ in range(50):
         source.tick()
     after = _prices()
-    for market in Market.objects.all():
+    for market in AssetPrice.objects.all():
         assert after[market.pk] != before[market.pk]
         assert abs(after[market.pk] / market.anchor_price - 1) <= Decimal(market.walk_band_bps) / 10000
 
@@ -62,7 +63,7 @@ def test_the_walk_is_reproducible_with_a_seed(convert_world):
     runs = []
     for _ in range(2):
         for pk, price in start.items():
-            Market.objects.filter(pk=pk).update(price=price)
+            AssetPrice.objects.filter(pk=pk).update(price=price)
         source = prices.ReferencePrices(rng=random.Random(99))
         for _ in range(20):
             source.tick()
@@ -71,8 +72,8 @@ def test_the_walk_is_reproducible_with_a_seed(convert_world):
 
 
 def test_a_step_of_zero_keeps_the_anchor(convert_world):
-    Market.objects.update(walk_step_bps=0)
-    anchors = dict(Market.objects.values_list("pk", "anchor_price"))
+    AssetPrice.objects.update(walk_step_bps=0)
+    anchors = dict(AssetPrice.objects.values_list("pk", "anchor_price"))
     source = prices.ReferencePrices(rng=random.Random(1))
     for _ in range(20):
         source.tick()
@@ -82,17 +83,18 @@ def test_a_step_of_zero_keeps_the_anchor(convert_world):
 def test_a_tick_confirms_the_price(convert_world, settings):
     alice = customer(funding={"BTC": "1"})
     old = timezone.now() - timedelta(seconds=settings.CONVERT_PRICE_MAX_AGE_SECONDS + 5)
-    Market.objects.update(price_updated_at=old)
+    AssetPrice.objects.update(price_updated_at=old)
     refused(quote(alice.client, "BTC", "PHP", source_amount="0.01"), LIQUIDITY)
     before = timezone.now()
-    assert tasks.market_tick_task() == 4  # the periodic task (Celery beat / embedded scheduler)
-    assert all(at >= before for at in Market.objects.values_list("price_updated_at", flat=True))
+    # the periodic task (Celery beat / embedded scheduler) moves BTC, USDT and ETH (PHP is the numeraire)
+    assert tasks.market_tick_task() == 3
+    assert all(at >= before for at in AssetPrice.objects.values_list("price_updated_at", flat=True))
     ok(quote(alice.client, "BTC", "PHP", source_amount="0.01"))
 
 
 def test_quotes_follow_the_market(convert_world):
     alice = customer(funding={"BTC": "1"})
-    Market.objects.update(walk_step_bps=50, walk_band_bps=300)
+    AssetPrice.objects.update(walk_step_bps=50, walk_band_bps=300)
     source = prices.ReferencePrices(rng=random.Random(3))
     seen = set()
     for _ in range(5):

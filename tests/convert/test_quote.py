@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from convert import errors, services
-from convert.models import Market, Pair, Quote
+from convert.models import AssetPrice, Pair, Quote
 from exchange.services import business_status_set
 from tests.convert.helpers import (
     BPS,
@@ -369,10 +369,10 @@ def test_a_refused_quote_does_not_count_against_the_interval(alice, settings):
 
 def test_a_stale_price_is_not_quoted(alice, settings):
     age = timedelta(seconds=settings.CONVERT_PRICE_MAX_AGE_SECONDS + 1)
-    Market.objects.filter(base__code="BTC", quote__code="PHP").update(price_updated_at=timezone.now() - age)
+    AssetPrice.objects.filter(asset__code="BTC").update(price_updated_at=timezone.now() - age)
     refused(quote(alice.client, "BTC", "PHP", source_amount="0.01"), LIQUIDITY)
     refused(quote(alice.client, "PHP", "BTC", source_amount="100"), LIQUIDITY)  # the same market, either way
-    ok(quote(alice.client, "BTC", "USDT", source_amount="0.01"))  # another market is fresh
+    ok(quote(alice.client, "ETH", "USDT", source_amount="0.01"))  # a market without BTC is fresh
     assert Quote.objects.filter(pair__market__base__code="BTC", pair__market__quote__code="PHP").count() == 0
     settings.CONVERT_PRICE_MAX_AGE_SECONDS = 3600
     ok(quote(alice.client, "BTC", "PHP", source_amount="0.01"))
@@ -380,7 +380,7 @@ def test_a_stale_price_is_not_quoted(alice, settings):
 
 def test_a_price_just_within_the_age_is_quoted(alice, settings):
     young = timedelta(seconds=settings.CONVERT_PRICE_MAX_AGE_SECONDS - 5)
-    Market.objects.filter(base__code="BTC", quote__code="PHP").update(price_updated_at=timezone.now() - young)
+    AssetPrice.objects.filter(asset__code="BTC").update(price_updated_at=timezone.now() - young)
     ok(quote(alice.client, "BTC", "PHP", source_amount="0.01"))
 
 

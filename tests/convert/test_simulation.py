@@ -1,7 +1,7 @@
 """A seeded random run of 10,000 quote / accept / expire operations at the service level
 (convert.services) over five customers and every pair, with failures injected along the way:
 liquidity drained (one shard, or the whole house in an asset) and topped up again, the CONVERT
-business status flipped, market prices moved well beyond the last-look tolerance, quotes expired,
+business status flipped, asset prices moved well beyond the last-look tolerance, quotes expired,
 quotes accepted by someone else or twice.
 
 A model kept here predicts every outcome (from the customers' and the house's balances, the
@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from accounts.ledger.models import BusinessType, Entry, Posting
 from convert import errors, services
-from convert.models import Market, Order, OrderStatus, Pair, Quote
+from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
 from exchange.services import business_status_set
 from tests.convert.helpers import (
     ACCOUNT,
@@ -36,11 +36,13 @@ from tests.convert.helpers import (
     PRICE_CHANGED,
     SUSPENDED,
     USED,
+    asset_price,
     drain,
     fees_account,
     fees_total,
     free,
     house_total,
+    market_price,
     shards,
 )
 from tests.support.assertions import assert_ledger_balanced
@@ -59,7 +61,8 @@ SOURCE_RANGE = {
     "USDT": (Decimal(1), Decimal(10_000)),
     "PHP": (Decimal(50), Decimal(600_000)),
 }
-LEVELS = {-1: Decimal("0.97"), 0: Decimal(1), 1: Decimal("1.03")}  # market moves of 300 bp (tolerance: 50)
+# asset price moves of 300 bp (an accept is refused when its market fell by more than the spread)
+LEVELS = {-1: Decimal("0.97"), 0: Decimal(1), 1: Decimal("1.03")}
 FEES_BPS = {("BTC", "PHP"): 10, ("USDT", "ETH"): 30}
 
 
@@ -71,7 +74,7 @@ class Pending:
     source: Decimal
     target: Decimal
     fee: Decimal
-    level: int  # the market's level when quoted
+    level: Decimal  # the pair's market price when quoted, relative to the start (from the assets' levels)
     expired: bool = False
 
 
@@ -80,11 +83,18 @@ def _amount(rng: random.Random, low: Decimal, high: Decimal, places: int) -> Dec
     return Decimal(rng.randint(int(low / unit), int(high / unit))) * unit
 
 
-def _against_the_house(pair: Pair, quoted: int, now: int) -> bool:
-    """The customer's price now is worse for the house than when quoted (levels are 3% apart)."""
-    if pair.source_id == pair.market.base_id:  # the customer sells the base: a lower market hurts
-        return now < quoted
-    return now > quoted
+def _relative_mid(pair: Pair, level: dict[str, int]) -> Decimal:
+    """The pair's market price relative to the start: the source's level over the target's (the
+    numeraire, PHP, never moves)."""
+    return LEVELS[level.get(pair.source.code, 0)] / LEVELS[level.get(pair.target.code, 0)]
+
+
+def _against_the_house(pair: Pair, quoted: Decimal, now: Decimal) -> bool:
+    """The pair's market fell since the quote by more than its spread (or the last-look tolerance):
+    the house would pay more than the market's price now. Moves are 0 or 9 bp (1 / 1.03 against
+    0.97) or at least 291 bp, far from either bound."""
+    bound = min(pair.market.spread_bps, 50)
+    return now < quoted * (1 - Decimal(bound) / 10000)
 
 
 @pytest.mark.django_db(transaction=True)  # committed for real, as in production (and the shard ids cached)
@@ -102,20 +112,19 @@ def test_ten_thousand_random_operations(convert_world, settings):
         for code, amount in FUNDING.items():
             fund(user, code, amount)
     pairs = list(Pair.objects.select_related("source", "target", "market").order_by("pk"))
-    markets = {m.pk: m for m in Market.objects.all()}
-    anchors = {pk: m.price for pk, m in markets.items()}
+    anchors = {code: asset_price(code) for code in CODES if code != "PHP"}
     # target ranges for targetAmount quotes: inside the source range at any level, with a margin
     target_range = {}
     for pair in pairs:
         low, high = SOURCE_RANGE[pair.source.code]
-        price = anchors[pair.market_id] if pair.source_id == pair.market.base_id else 1 / anchors[pair.market_id]
+        price = market_price(pair.source.code, pair.target.code)
         target_range[pair.pk] = (low * price * Decimal("1.1"), high * price * Decimal("0.9"))
 
     # the model
     balance = {(i, code): FUNDING[code] for i in range(CUSTOMERS) for code in CODES}
     house = {code: house_total(code) for code in CODES}
     fees = {code: fees_total(code) for code in CODES}
-    level = dict.fromkeys(markets, 0)
+    level = dict.fromkeys(anchors, 0)
     business_on = True
     pending: list[Pending] = []
     used: list[tuple[str, int]] = []  # (quote id, owner)
@@ -151,7 +160,8 @@ def test_ten_thousand_random_operations(convert_world, settings):
                 outcomes["quote refused: suspended"] += 1
                 continue
             q = create()
-            pending.append(Pending(q.quote_id, i, pair, q.source_amount, q.target_amount, q.fee, level[pair.market_id]))
+            quoted_at = _relative_mid(pair, level)
+            pending.append(Pending(q.quote_id, i, pair, q.source_amount, q.target_amount, q.fee, quoted_at))
             outcomes["quote"] += 1
         elif roll < 0.84:  # --- accept
             p = pending.pop(rng.randrange(len(pending)))
@@ -166,7 +176,7 @@ def test_ten_thousand_random_operations(convert_world, settings):
                 expected = EXPIRED
             elif not business_on:
                 expected = SUSPENDED
-            elif _against_the_house(pair, p.level, level[pair.market_id]):
+            elif _against_the_house(pair, p.level, _relative_mid(pair, level)):
                 expected = PRICE_CHANGED
             elif balance[(p.owner, src)] < p.source:
                 expected = INSUFFICIENT
@@ -212,10 +222,12 @@ def test_ten_thousand_random_operations(convert_world, settings):
             business_on = False
             business_status_set(business_type="CONVERT", is_on=False)
             outcomes["inject: business off"] += 1
-        else:  # --- a market moves 3% (or back)
-            pk = rng.choice(list(markets))
-            level[pk] = rng.choice([lv for lv in LEVELS if lv != level[pk]])
-            Market.objects.filter(pk=pk).update(price=anchors[pk] * LEVELS[level[pk]], price_updated_at=timezone.now())
+        else:  # --- an asset's price moves 3% (or back): every market of the asset with it
+            code = rng.choice(sorted(anchors))
+            level[code] = rng.choice([lv for lv in LEVELS if lv != level[code]])
+            AssetPrice.objects.filter(asset__code=code).update(
+                price=anchors[code] * LEVELS[level[code]], price_updated_at=timezone.now()
+            )
             outcomes["inject: price moved"] += 1
     elapsed = time.monotonic() - started
 
