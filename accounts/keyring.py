@@ -63,7 +63,7 @@ logger = logging.getLogger(__name__)
 LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
 LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
 
-INVALIDATE_CHANNEL = "exchange:keyring:invalidate"
+INVALIDATE_CHANNEL = "exchange:keyring:invalidate"  # + ":<database number>", see _channel
 # The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)
 # and a sorted set of "account:sequence" scored by sequence, trimmed to LOG_LENGTH entries.
 LOG_KEYS = ("exchange:keyring:seq", "exchange:keyring:log-id", "exchange:keyring:log")
@@ -351,7 +351,7 @@ class KeyringCache:
         except Exception:
             logger.exception("Could not append a keyring invalidation to the revocation log")
         try:
-            _redis().publish(INVALIDATE_CHANNEL, str(user_id))
+            _redis().publish(_channel(), str(user_id))
         except Exception:
             logger.exception("Could not publish a keyring invalidation")
 
@@ -408,7 +408,7 @@ class KeyringCache:
         while True:
             try:
                 pubsub = _redis().pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(INVALIDATE_CHANNEL)
+                pubsub.subscribe(_channel())
                 if not first:  # whatever changed while we were not listening is unknown: start clean
                     self.clear()
                 first = False
@@ -439,6 +439,13 @@ def _log_client():
 
         _log_redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
     return _log_redis_client
+
+
+def _channel() -> str:
+    """The invalidation channel of this Redis database. Pub/sub ignores database numbers, so
+    services (or test runs) sharing one Redis server in different databases would otherwise evict
+    each other's accounts by id, and with them every remembered unknown key."""
+    return f"{INVALIDATE_CHANNEL}:{_redis().connection_pool.connection_kwargs.get('db', 0)}"
 
 
 def _redis():
