@@ -24,6 +24,15 @@ So a disabled key is refused immediately by the process that disabled it and wit
 by the others; if the pub/sub message is lost, within API_KEY_REVOCATION_SECONDS. Only a process
 that dies between its commit and its after-commit step (it writes neither) leaves the others on
 API_KEY_CACHE_SECONDS at worst.
+
+Unknown keys are remembered too (issue 25, finding 5): each one the database did not know costs a
+query, so a process asks about the same unknown key at most once per API_KEY_CACHE_SECONDS. A key
+created later must work at once, and the invalidation of its account names the account, not the
+key: so any invalidation this process hears of (the same three ways as above) forgets every
+unknown key, and a remembered one is trusted on the same terms as a keyring (the revocation log
+read recently). A newly created key is therefore usable as soon as a disabled one is refused. The
+gateway charges every failed authentication to the caller's IP (exchange/api/views.py), which bounds
+how many different unknown keys one address can have looked up.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ logger = logging.getLogger(__name__)
 LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
 LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
 
-INVALIDATE_CHANNEL = "exchange:keyring:invalidate"
+INVALIDATE_CHANNEL = "exchange:keyring:invalidate"  # + ":<database number>", see _channel
 # The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)
 # and a sorted set of "account:sequence" scored by sequence, trimmed to LOG_LENGTH entries.
 LOG_KEYS = ("exchange:keyring:seq", "exchange:keyring:log-id", "exchange:keyring:log")
@@ -76,6 +85,7 @@ if n <= last or n - last > tonumber(ARGV[2]) then return {id, n} end
 return {id, n, redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. ARGV[1], '+inf')}
 """
 MAX_KEYRINGS = 50_000
+MAX_UNKNOWN_KEYS = 50_000
 _USER_FIELDS = tuple(f.attname for f in User._meta.concrete_fields)
 
 
@@ -192,6 +202,10 @@ class KeyringCache:
         # hold pre-change rows, so it is used for its own request but not cached.
         self._epoch = 0
         self._generation: dict[int, int] = {}
+        # Keys the database did not know: key -> (expires at, _changes when the database was asked).
+        # Bumped by every invalidation (evict, clear): the change may have created one of them.
+        self._unknown: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._changes = 0
         self._subscriber: threading.Thread | None = None
         self._subscribed = threading.Event()
         # The revocation log as this process last read it (only the reader thread writes these).
@@ -241,23 +255,55 @@ class KeyringCache:
         return ring
 
     def cached(self, key: str) -> bool:
-        """Whether `key` can be authenticated without the database."""
+        """Whether `key` can be answered without the database (known, or known to be unknown)."""
+        now = time.monotonic()
         with self._lock:
             user_id = self._owner.get(key)
             ring = self._keyrings.get(user_id) if user_id is not None else None
-        return self._fresh(ring, time.monotonic())
+            unknown = ring is None and self._known_unknown(key, now)
+        return unknown or self._fresh(ring, now)
+
+    def _known_unknown(self, key: str, now: float) -> bool:
+        """Whether the database said `key` does not exist, recently enough and with no invalidation
+        since (called under the lock)."""
+        entry = self._unknown.get(key)
+        if entry is None:
+            return False
+        expires_at, changes = entry
+        if changes == self._changes and expires_at > now and now < self._trust_until:
+            return True
+        del self._unknown[key]
+        return False
+
+    def _remember_unknown(self, key: str, changes: int) -> None:
+        with self._lock:
+            if changes != self._changes:  # an invalidation overlapped the query: it may have created the key
+                return
+            self._unknown[key] = (time.monotonic() + settings.API_KEY_CACHE_SECONDS, changes)
+            self._unknown.move_to_end(key)
+            while len(self._unknown) > MAX_UNKNOWN_KEYS:
+                self._unknown.popitem(last=False)
 
     def lookup(self, key: str) -> tuple[Keyring, KeyRecord] | None:
-        """The keyring and record of an API key, or None for an unknown key (never cached)."""
+        """The keyring and record of an API key, or None for an unknown key. The database is asked
+        about an unknown key at most once per API_KEY_CACHE_SECONDS, and again after any invalidation."""
         with self._lock:
             user_id = self._owner.get(key)
+            changes = self._changes
+        if user_id is None:
+            self._ensure_subscriber()  # sets how long remembered keys are trusted
+            with self._lock:
+                if self._known_unknown(key, time.monotonic()):
+                    return None
+                changes = self._changes
         ring = self.for_user(user_id) if user_id is not None else None
         record = ring.find(key) if ring is not None else None
         if record is None:  # unknown here: ask the database who owns it
             user_id = ApiKey.objects.filter(key=key).values_list("user_id", flat=True).first()
             if user_id is None:
+                self._remember_unknown(key, changes)
                 return None
-            self.evict(user_id)
+            self._drop(user_id)  # a load of its own, not a change: unknown keys stay remembered
             ring = self.for_user(user_id)
             record = ring.find(key) if ring is not None else None
             if record is None:
@@ -265,6 +311,14 @@ class KeyringCache:
         return ring, record
 
     def evict(self, user_id: int) -> None:
+        """The account or one of its keys changed: forget its keyring and every unknown key (the
+        change may have created one of them)."""
+        with self._lock:
+            self._changes += 1
+            self._unknown.clear()
+        self._drop(user_id)
+
+    def _drop(self, user_id: int) -> None:
         with self._lock:
             self._generation[user_id] = self._generation.get(user_id, 0) + 1
             ring = self._keyrings.pop(user_id, None)
@@ -275,9 +329,11 @@ class KeyringCache:
     def clear(self) -> None:
         with self._lock:
             self._epoch += 1
+            self._changes += 1
             self._generation.clear()
             self._keyrings.clear()
             self._owner.clear()
+            self._unknown.clear()
 
     # --- cross-process invalidation ---------------------------------------------------------
 
@@ -295,7 +351,7 @@ class KeyringCache:
         except Exception:
             logger.exception("Could not append a keyring invalidation to the revocation log")
         try:
-            _redis().publish(INVALIDATE_CHANNEL, str(user_id))
+            _redis().publish(_channel(), str(user_id))
         except Exception:
             logger.exception("Could not publish a keyring invalidation")
 
@@ -352,7 +408,7 @@ class KeyringCache:
         while True:
             try:
                 pubsub = _redis().pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(INVALIDATE_CHANNEL)
+                pubsub.subscribe(_channel())
                 if not first:  # whatever changed while we were not listening is unknown: start clean
                     self.clear()
                 first = False
@@ -383,6 +439,13 @@ def _log_client():
 
         _log_redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
     return _log_redis_client
+
+
+def _channel() -> str:
+    """The invalidation channel of this Redis database. Pub/sub ignores database numbers, so
+    services (or test runs) sharing one Redis server in different databases would otherwise evict
+    each other's accounts by id, and with them every remembered unknown key."""
+    return f"{INVALIDATE_CHANNEL}:{_redis().connection_pool.connection_kwargs.get('db', 0)}"
 
 
 def _redis():

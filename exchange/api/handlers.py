@@ -24,9 +24,7 @@ from exchange.api.errors import (
     UnknownError,
 )
 from exchange.api.middleware import API_PREFIX, client_ip
-from exchange.api.ratelimit import apply_weight_headers, charge
-
-REFUSAL_WEIGHT = 1
+from exchange.api.ratelimit import REFUSAL_WEIGHT, apply_weight_headers, charge
 
 
 def _is_openapi(request) -> bool:

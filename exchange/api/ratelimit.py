@@ -63,6 +63,11 @@ STORAGE_OUTAGE = Outage(
     logger, "Rate-limit storage unavailable: signed writes refused (-1001), other requests served and not counted"
 )
 
+# The least IP weight of a request refused before its caller is known (a failed authentication, an
+# unknown path, a malformed request), whatever the endpoint's own weights: such a request is never
+# free, even where a known caller pays by UID only (IP weight 0).
+REFUSAL_WEIGHT = 1
+
 USED_WEIGHT_HEADER = "X-SERVICE-USED-WEIGHT-1M"
 USED_UID_WEIGHT_HEADER = "X-SERVICE-USED-UID-WEIGHT-1M"
 STORAGE_ERRORS = (RedisError, OSError)

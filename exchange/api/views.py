@@ -5,9 +5,11 @@ type and parameters; `initial()` runs the gateway before the handler, in this or
 2. authentication for the security type (key, signature, timing, status, type, IP list);
 3. the charge: IP ban (418), IP and UID weights (429, then 418 for continuing) and, for a signed
    write, the replay check of its signature (-1022; remembered only when the request passed every
-   check so far), in one storage round trip. A refusal from steps 1-2 is charged to the IP first,
-   so a limit or ban outranks it; a key that is not in the process's keyring cache is charged
-   before the database is asked;
+   check so far), in one storage round trip. A refusal from steps 1-2 is charged to the IP first
+   (its IP weight, and at least REFUSAL_WEIGHT on an endpoint of IP weight 0), so a limit or ban
+   outranks it and failing is never free; a key that is not in the process's keyring cache is
+   charged before the database is asked (and the keyring asks about an unknown key once per
+   API_KEY_CACHE_SECONDS);
 4. the endpoint's parameters parsed and checked (-1105, -1025, -1106, -1107) into `self.params`.
 """
 
@@ -34,7 +36,7 @@ from exchange.api.errors import (
     RequestTooLarge,
 )
 from exchange.api.params import ParamSpec, body_pairs_from, is_json, merge_params, split_pairs
-from exchange.api.ratelimit import apply_weight_headers, charge
+from exchange.api.ratelimit import REFUSAL_WEIGHT, apply_weight_headers, charge
 
 READ_METHODS = frozenset({"GET", "HEAD"})
 _JSON_RENDERER = JSONRenderer()  # stateless: one instance serves every request
@@ -93,7 +95,7 @@ class GatewayApi(APIView):
     def initial(self, request, *args, **kwargs) -> None:
         http_request = request._request
         ip = http_request.client_ip
-        ip_charged = False
+        ip_paid: int | None = 0  # IP weight this request has paid; None: its charge was refused (429/418)
         method = request.method
         ip_weight, uid_weight = self.option("ip_weight", method), self.option("uid_weight", method)
         try:
@@ -104,12 +106,17 @@ class GatewayApi(APIView):
             raw = self._raw_request(http_request, ip)
             if self.security.needs_key and not keyrings.cached(raw.meta.get("HTTP_X_SERVICE_APIKEY", "").strip()):
                 # The key must come from the database: count the IP (and refuse a banned one) first.
+                ip_paid = None
                 charge(http_request, ip=ip, ip_weight=ip_weight)
-                ip_charged = True
+                ip_paid = ip_weight
             caller = authenticate(self._endpoint_auth(method), raw)
-        except Exception:  # whatever a request ends in, its IP pays its weight (and a ban is enforced)
-            if not ip_charged:  # a limit or a ban outranks the reason for refusing
-                charge(http_request, ip=ip, ip_weight=ip_weight)
+        except Exception:
+            # Whatever a request ends in, its IP pays its weight, and a refusal before the caller is
+            # known at least REFUSAL_WEIGHT, also on endpoints of IP weight 0 (issue 25, finding 5:
+            # unknown keys cost a database look-up each). A limit or a ban outranks the reason for
+            # refusing; a request whose own charge was refused is not charged again.
+            if ip_paid is not None and (owed := max(ip_weight, REFUSAL_WEIGHT) - ip_paid) > 0:
+                charge(http_request, ip=ip, ip_weight=owed)
             raise
         if caller is None:  # NONE: a UID weight falls on the IP
             charge(http_request, ip=ip, ip_weight=ip_weight + uid_weight)
@@ -120,7 +127,7 @@ class GatewayApi(APIView):
             charge(
                 http_request,
                 ip=ip,
-                ip_weight=0 if ip_charged else ip_weight,
+                ip_weight=ip_weight - (ip_paid or 0),
                 uid=self.account.pk,
                 uid_weight=uid_weight,
                 signature=caller.signature,
@@ -226,7 +233,7 @@ class NotFoundApi(GatewayApi):
 
     def initial(self, request, *args, **kwargs) -> None:
         http_request = request._request
-        charge(http_request, ip=http_request.client_ip, ip_weight=1)
+        charge(http_request, ip=http_request.client_ip, ip_weight=REFUSAL_WEIGHT)
         raise NotFound(http_request.path)
 
     def get(self, request, *args, **kwargs) -> Response:  # pragma: no cover - initial() always raises

@@ -114,3 +114,50 @@ def test_a_reader_further_behind_than_the_log_is_long_starts_clean(make_user, ma
     other_process.sync()
     assert not other_process._keyrings
     assert other_process._log_position == (log_id, sequence + keyring_module.LOG_LENGTH + 5)
+
+
+def _created_with_key(user, key: str):
+    """A key made by api_key_create whose text is `key` (it draws the secret, then the key)."""
+    tokens = iter(["s" * 64, key])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(services, "_random_token", lambda length: next(tokens))
+        return services.api_key_create(user=user, name="new").api_key
+
+
+def _remember_unknown(cache: KeyringCache, key: str) -> None:
+    deadline = time.monotonic() + 3
+    while not (cache.lookup(key) is None and cache.cached(key)):  # the reader's first read starts clean
+        assert time.monotonic() < deadline, "the unknown key was never remembered"
+        time.sleep(0.02)
+
+
+def test_a_key_created_elsewhere_is_found_within_the_bound_when_the_message_is_lost(make_user, publish_lost, capsys):
+    """Issue 25, finding 5: another process remembers an unknown key (so it does not ask the
+    database again for it), and the key's creation must still reach it within
+    API_KEY_REVOCATION_SECONDS, as a revocation would, with the pub/sub message lost."""
+    key = "N" * 64
+    other_process = KeyringCache()
+    _remember_unknown(other_process, key)
+
+    created = _created_with_key(make_user(), key)
+
+    started = time.monotonic()
+    while other_process.lookup(key) is None:
+        assert time.monotonic() - started < 1.0, "the other process kept the key unknown past the bound"
+        time.sleep(0.01)
+    ms = (time.monotonic() - started) * 1000
+    with capsys.disabled():
+        sys.stdout.write(f"\n  new key, pub/sub lost: found by another process after {ms:.0f} ms\n")
+    assert other_process.lookup(key)[1].key == created.key
+
+
+def test_without_the_log_a_lost_message_would_leave_a_new_key_unknown(make_user, publish_lost, monkeypatch):
+    """The control: an unknown key is really remembered (no look-up per request), and it is the
+    revocation log that ends the memory when the message is lost."""
+    key = "M" * 64
+    other_process = KeyringCache()
+    _remember_unknown(other_process, key)
+    monkeypatch.setattr(keyring_module, "_LOG_APPEND", "return 0")
+    _created_with_key(make_user(), key)
+    time.sleep(0.6)
+    assert other_process.lookup(key) is None
