@@ -11,8 +11,11 @@ the management command; the schedule's determinism is tested without a stack."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
+import re
 import sys
+from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -36,6 +39,32 @@ def test_the_same_seed_gives_the_same_schedule_and_every_kind_of_fault():
             assert 3.0 <= op.at - by_n[op.params["of"]].at <= 40.0
 
 
+def test_the_cycle_customer_tries_every_cycle_of_the_pairs_and_its_plan_is_the_seeds():
+    minimum = {"BTC": Decimal("0.0001"), "ETH": Decimal("0.001"), "USDT": Decimal(1), "PHP": Decimal(50)}
+    pairs = {
+        (s, t): (minimum[s], minimum[s] * 1000)
+        for a, b in (("BTC", "PHP"), ("USDT", "PHP"), ("ETH", "USDT"), ("BTC", "USDT"))
+        for s, t in ((a, b), (b, a))
+    }
+    trails = simulate.closed_trails(pairs)
+    assert ("PHP", "USDT", "PHP") in trails  # 2-cycles
+    assert ("PHP", "USDT", "BTC", "PHP") in trails  # triangles, both ways round
+    assert ("PHP", "BTC", "USDT", "PHP") in trails
+    assert ("PHP", "USDT", "ETH", "USDT", "BTC", "PHP") in trails  # longer, through a currency twice
+    for path in trails:  # closed, each direction once, 2..CYCLE_MAX_LEGS legs
+        legs = list(itertools.pairwise(path))
+        assert path[0] == path[-1]
+        assert len(set(legs)) == len(legs)
+        assert 2 <= len(legs) <= simulate.CYCLE_MAX_LEGS
+        assert set(legs) <= set(pairs)
+    places = {"BTC": 8, "ETH": 8, "USDT": 6, "PHP": 2}
+    plan = simulate.cycle_plan(18, pairs, places, 300)
+    assert plan == simulate.cycle_plan(18, pairs, places, 300) != simulate.cycle_plan(19, pairs, places, 300)
+    assert {path for path, _ in plan} == set(trails)  # a run meets every cycle
+    for path, start in plan:  # 20 to 200 times the first pair's minimum
+        assert 20 * minimum[path[0]] <= Decimal(start) <= 200 * minimum[path[0]]
+
+
 def test_the_command_refuses_nonsense_arguments():
     with pytest.raises(CommandError):
         call_command("simulate", "--seed", "1", "--minutes", "0")
@@ -54,7 +83,10 @@ def test_a_short_seeded_simulation_keeps_every_rule():
     report = out.getvalue()
     sys.stdout.write(report)  # pytest -s shows the run
     assert "RESULT: ok" in report, report
-    for check in ("ledger_check", "balances", "streams", "answers"):
+    for check in ("ledger_check", "balances", "streams", "answers", "convert_pnl", "cycles"):
         assert f"ok     {check}:" in report, report
+    completed = re.search(r"ok     cycles: (\d+) completed", report)
+    assert completed, report
+    assert int(completed.group(1)) >= 5, report  # the cycle customer went round, several times
     for fault in simulate.INFRA_FAULTS:
         assert fault in report.split("faults injected:")[1].split("\n")[0], report
