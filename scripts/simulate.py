@@ -19,7 +19,10 @@ test (issue 18, item 6): `manage.py simulate --seed N --minutes M` (or this file
    worker SIGKILLed (whole, or its pool children), Redis restarted, PostgreSQL restarted, and every
    database connection in a transaction terminated (pg_terminate_backend: dropped mid-transaction).
 3. Every customer keeps a websocket on its listenKey for the whole run (again after the server
-   closes one).
+   closes one). The cycle customer (the demo's master) converts round cycles of currencies
+   (issue 25, finding 1): the seed's plan over the supported pairs, each leg's source amount what
+   the previous leg delivered; a witness (the demo's peer) quotes every direction of a completed
+   cycle right after its last leg.
 4. The end checks, load stopped and the work in flight settled:
    - `manage.py ledger_check` passes;
    - every account's balance (free + locked, from the API) equals its starting balance plus the sum of
@@ -30,7 +33,9 @@ test (issue 18, item 6): `manage.py simulate --seed N --minutes M` (or this file
    - no answer broke a rule: never a 5xx but 503 -1001, never a request hung; a client id sent again,
      a replayed signature, an expired quote and a restricted key were all refused;
    - every websocket that stayed connected received every committed change of its account exactly
-     once and in order, the last with the database's balance (one the server closed: a gapless run).
+     once and in order, the last with the database's balance (one the server closed: a gapless run);
+   - the house's convert P&L: no successful order lost at its own quote's market price;
+   - no completed cycle ended richer than the market moved while it went round (check_cycles).
 """
 
 from __future__ import annotations
@@ -254,6 +259,47 @@ def cycle_plan(seed: int, pairs: dict, places: dict, count: int) -> list[tuple[t
         bounds = (float(low) * CYCLE_START_MULTIPLE[0], min(float(high), float(low) * CYCLE_START_MULTIPLE[1]))
         plan.append((path, _amount(rng, bounds, places.get(path[0], 2))))
     return plan
+
+
+def order_pnl(source_amount: Decimal, target_amount: Decimal, fee: Decimal, market_price: Decimal) -> Decimal:
+    """The house's gain on one conversion in target units, at the order's own quote's market price
+    (target per source before the spread): what it received, less what its liquidity paid out."""
+    with localcontext(prec=60):
+        return source_amount * market_price - (target_amount + fee)
+
+
+def order_loses(pnl: Decimal, places: int | None) -> bool:
+    """More than one unit of the target's decimals (the rounding of one amount) lost; an order
+    whose target's decimals are unknown is judged exactly."""
+    return pnl < -(Decimal(1).scaleb(-places) if places is not None else Decimal(0))
+
+
+@dataclass(frozen=True)
+class CycleVerdict:
+    ratio: Decimal  # end / start
+    movement: Decimal  # product(leg's market price / witness's): the market's move while it went round
+    gap: Decimal  # product(witness's market price): the price source's own cycle at one instant
+
+    @property
+    def one_snapshot(self) -> bool:
+        return self.movement == 1
+
+    @property
+    def ok(self) -> bool:
+        return self.ratio <= self.movement * (1 + PRICE_ROUNDING)
+
+    @property
+    def bps(self) -> Decimal:
+        return (self.ratio - 1) * 10000
+
+
+def judge_cycle(start: Decimal, end: Decimal, leg_prices: list[Decimal], witness_prices: list[Decimal]) -> CycleVerdict:
+    """A completed cycle against the market's movement (Simulation.check_cycles says why)."""
+    with localcontext(prec=60):
+        movement, gap = Decimal(1), Decimal(1)
+        for price, seen in zip(leg_prices, witness_prices, strict=True):
+            movement, gap = movement * price / seen, gap * seen
+        return CycleVerdict(end / start, movement, gap)
 
 
 def cycle_digest(plan) -> str:
@@ -1148,20 +1194,18 @@ class Simulation(chaos.PrivateStack):
         totals: dict[str, Decimal] = defaultdict(Decimal)
         counts: Counter = Counter()
         losing = []
-        with localcontext(prec=60):
-            for ident, source_amount, target_amount, fee, market_price in rows:
-                seen = (self.api_orders.get(ident) or [{}])[0]
-                asset = seen.get("targetCurrency", "?")  # an order no customer's history shows: checked exactly
-                places = self.pair_places.get((seen.get("sourceCurrency"), asset))
-                unit = Decimal(1).scaleb(-places) if places is not None else Decimal(0)
-                pnl = source_amount * market_price - (target_amount + fee)
-                totals[asset] += pnl
-                counts[asset] += 1
-                if pnl < -unit:
-                    losing.append(
-                        f"quote {ident}: {source_amount} x {market_price} < {target_amount} + fee {fee} {asset}"
-                        f" (P&L {pnl:.{places or 18}f})"
-                    )
+        for ident, source_amount, target_amount, fee, market_price in rows:
+            seen = (self.api_orders.get(ident) or [{}])[0]
+            asset = seen.get("targetCurrency", "?")  # an order no customer's history shows: judged exactly
+            places = self.pair_places.get((seen.get("sourceCurrency"), asset))
+            pnl = order_pnl(source_amount, target_amount, fee, market_price)
+            totals[asset] += pnl
+            counts[asset] += 1
+            if order_loses(pnl, places):
+                losing.append(
+                    f"quote {ident}: {source_amount} x {market_price} < {target_amount} + fee {fee} {asset}"
+                    f" (P&L {pnl:.{18 if places is None else places}f})"
+                )
         figures = ", ".join(
             f"{asset} {totals[asset]:+.{self.pair_places_of(asset)}f} ({counts[asset]} orders)"
             for asset in sorted(totals)
@@ -1196,24 +1240,22 @@ class Simulation(chaos.PrivateStack):
             self.book.rows("SELECT quote_id, market_price FROM convert_quote WHERE quote_id = ANY(%s)", [idents])
         )
         failures, returns, same, moved, unwitnessed, gaps = [], [], [], [], [], []
-        with localcontext(prec=60):
-            for cycle in completed:
-                ratio = cycle.end / cycle.start
-                bps = (ratio - 1) * 10000
-                returns.append(bps)
-                line = f"cycle {cycle.n} {'->'.join(cycle.path)}: {cycle.start} -> {cycle.end} ({bps:+.1f} bps)"
-                legs = [market.get(leg["quoteId"]) for leg in cycle.legs]
-                witnessed = [market.get(cycle.witnesses.get(d)) for d in cycle.directions]
-                if None in legs or None in witnessed:
-                    unwitnessed.append(bps)
-                    continue
-                movement, gap = Decimal(1), Decimal(1)
-                for price, seen in zip(legs, witnessed, strict=True):
-                    movement, gap = movement * price / seen, gap * seen
-                gaps.append((gap - 1) * 10000)
-                (same if legs == witnessed else moved).append(bps)
-                if ratio > movement * (1 + PRICE_ROUNDING):
-                    failures.append(f"{line}, market movement {(movement - 1) * 10000:+.1f} bps")
+        for cycle in completed:
+            legs = [market.get(leg["quoteId"]) for leg in cycle.legs]
+            witnessed = [market.get(cycle.witnesses.get(d)) for d in cycle.directions]
+            if None in legs or None in witnessed:
+                returns.append((cycle.end / cycle.start - 1) * 10000)
+                unwitnessed.append(returns[-1])
+                continue
+            verdict = judge_cycle(cycle.start, cycle.end, legs, witnessed)
+            returns.append(verdict.bps)
+            gaps.append((verdict.gap - 1) * 10000)
+            (same if verdict.one_snapshot else moved).append(verdict.bps)
+            if not verdict.ok:
+                failures.append(
+                    f"cycle {cycle.n} {'->'.join(cycle.path)}: {cycle.start} -> {cycle.end} ({verdict.bps:+.1f} bps),"
+                    f" market movement {(verdict.movement - 1) * 10000:+.1f} bps"
+                )
         broken = Counter(c.broken.split(":")[0] for c in self.cycles if not c.completed)
 
         def spread(values) -> str:

@@ -3,7 +3,7 @@ starts a private PostgreSQL and Redis and the stack exactly as `make run` does, 
 customers through every flow while faults are injected, and checks at the end: the ledger check, every
 balance equal to what the clients were acknowledged, every stream complete and in order, and every
 answer within the rules (a client id sent again, a replayed signature, an expired quote and a
-restricted key refused).
+restricted key refused), the house's convert P&L and the cycle customer's returns (issue 25).
 
 make test runs a short seed (SIMULATION_SEED, default 18; SIMULATION_MINUTES, default 1.5) through
 the management command; the schedule's determinism is tested without a stack."""
@@ -15,7 +15,7 @@ import itertools
 import os
 import re
 import sys
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -63,6 +63,61 @@ def test_the_cycle_customer_tries_every_cycle_of_the_pairs_and_its_plan_is_the_s
     assert {path for path, _ in plan} == set(trails)  # a run meets every cycle
     for path, start in plan:  # 20 to 200 times the first pair's minimum
         assert 20 * minimum[path[0]] <= Decimal(start) <= 200 * minimum[path[0]]
+
+
+def test_the_convert_pnl_check_refuses_an_order_paying_out_more_than_the_source_is_worth():
+    market = Decimal("5200000")  # PHP per BTC before the spread
+    # at the spread (20 bps, rounded down): the house gains 104 PHP
+    assert simulate.order_pnl(Decimal("0.01"), Decimal("51896.00"), Decimal(0), market) == Decimal("104")
+    assert not simulate.order_loses(Decimal("104"), 2)
+    # one unit of the target's decimals more than the source's worth: rounding, allowed; two: a loss
+    paid_out = simulate.order_pnl(Decimal("0.01"), Decimal("51999.99"), Decimal("0.02"), market)
+    assert paid_out == Decimal("-0.01")
+    assert not simulate.order_loses(paid_out, 2)
+    assert simulate.order_loses(simulate.order_pnl(Decimal("0.01"), Decimal("51999.99"), Decimal("0.03"), market), 2)
+    assert simulate.order_loses(paid_out, None)  # the target's decimals unknown: judged exactly
+
+
+def _cycle_end(start: Decimal, prices: list[Decimal], spread_bps: int, places: list[int]) -> Decimal:
+    """What a customer gets round a cycle: each leg at the market price less the spread, rounded down."""
+    amount = start
+    for price, n in zip(prices, places, strict=True):
+        amount = (amount * price * (1 - Decimal(spread_bps) / 10000)).quantize(Decimal(1).scaleb(-n), ROUND_DOWN)
+    return amount
+
+
+def test_the_cycle_check_refuses_a_cycle_richer_than_the_market_moved():
+    usdt_php, btc_usdt = Decimal("58.20"), Decimal("89500")
+    places = [6, 8, 2]  # PHP -> USDT -> BTC -> PHP: the targets' decimals
+    start = Decimal("10000.00")
+    # One price per asset: the triangle's market prices multiply to 1; with the spreads the
+    # customer ends poorer, at one snapshot (each leg's price the witness's).
+    consistent = [1 / usdt_php, 1 / btc_usdt, usdt_php * btc_usdt]
+    verdict = simulate.judge_cycle(start, _cycle_end(start, consistent, 20, places), consistent, consistent)
+    assert verdict.one_snapshot
+    assert verdict.ok
+    assert verdict.bps < -55
+    # Independent markets (issue 25, finding 1): BTC/PHP 2% above USDT/PHP x BTC/USDT - the
+    # customer ends richer at one snapshot: refused.
+    walked = [1 / usdt_php, 1 / btc_usdt, usdt_php * btc_usdt * Decimal("1.02")]
+    verdict = simulate.judge_cycle(start, _cycle_end(start, walked, 20, places), walked, walked)
+    assert verdict.one_snapshot
+    assert not verdict.ok
+    assert verdict.bps > 100
+    assert verdict.gap == Decimal("1.02")
+    # The market rose 2% (BTC in PHP and in USDT) between the second and third leg, the witness saw the
+    # risen prices: the same gain is the market's movement, not an arbitrage of the house.
+    risen = [1 / usdt_php, 1 / (btc_usdt * Decimal("1.02")), usdt_php * btc_usdt * Decimal("1.02")]
+    legs = [1 / usdt_php, 1 / btc_usdt, risen[2]]
+    verdict = simulate.judge_cycle(start, _cycle_end(start, legs, 20, places), legs, risen)
+    assert not verdict.one_snapshot
+    assert verdict.bps > 100
+    assert verdict.ok
+    # ... but not more than it moved: the witness saw the price source's arbitrage as well.
+    arbitrage = [1 / usdt_php, 1 / (btc_usdt * Decimal("1.02")), usdt_php * btc_usdt * Decimal("1.0404")]
+    legs = [1 / usdt_php, 1 / btc_usdt, arbitrage[2]]
+    verdict = simulate.judge_cycle(start, _cycle_end(start, legs, 20, places), legs, arbitrage)
+    assert not verdict.ok
 
 
 def test_the_command_refuses_nonsense_arguments():
