@@ -190,6 +190,7 @@ def universal_transfer(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.NoSuchAsset("asset")
+    _check_amount(asset, amount)  # every parameter before any look-up (issue 25, finding 7)
     source = sub_account_of(master=master, email=from_email) if from_email is not None else master
     target = sub_account_of(master=master, email=to_email) if to_email is not None else master
     return _transfer(
