@@ -108,3 +108,64 @@ def test_a_good_request_to_an_unknown_address_is_the_one_refused_with_1151(sende
     assert response.status_code == 200, response.content
     assert_balance(registered.user, "PHP", "10")
     assert_ledger_balanced()
+
+
+# --- finding 4: a virtual sub-account is reached from inside its family only ----------------------
+
+CREATE = "/openapi/v1/sub-account/create"
+
+
+@pytest.fixture
+def family(php):
+    master = customer(funding={"PHP": "100"})
+    address = master.client.post(CREATE, {"accountName": "ceo@bigbank.example"}).json()["email"]
+    sibling = customer(master=master.user, is_virtual=True, funding={"PHP": "100"})
+    return master, address, sibling
+
+
+def test_the_findings_reproduction_no_longer_lands_in_the_masters_family(family, sender, create_path):
+    """The master named a sub-account ceo@bigbank.example; a customer sends 5 PHP there: nobody has
+    that e-mail (-1151), and the sub-account's own address answers exactly as an unknown one."""
+    master, address, _ = family
+    assert address.endswith(f"@m{master.user.pk}.virtual.invalid")
+    for target in ("ceo@bigbank.example", address, address.upper()):
+        response = sender.client.post(create_path, {"account": "PHP", "target_address": target, "amount": "5"})
+        unknown = sender.client.post(create_path, {"account": "PHP", "target_address": UNKNOWN, "amount": "5"})
+        assert _answer(response) == _answer(unknown) == (404, -1151, "No account has this target_address.")
+    assert_balance(sender.user, "PHP", "100")
+    assert not Transfer.objects.exists()
+
+
+def test_a_bad_amount_to_a_virtual_sub_account_answers_as_to_nobody(family, sender, create_path):
+    _, address, _ = family
+    known, unknown = _both(sender, create_path, address, amount="0")
+    assert known == unknown
+
+
+def test_inside_the_family_the_virtual_sub_account_is_reachable(family, create_path):
+    master, address, sibling = family
+    for who in (master, sibling):
+        response = who.client.post(create_path, {"account": "PHP", "target_address": address, "amount": "5"})
+        assert response.status_code == 200, response.content
+    assert Transfer.objects.count() == 2
+    assert_ledger_balanced()
+
+
+def test_a_virtual_sub_account_made_before_with_a_real_looking_e_mail_is_not_reachable_either(
+    family, sender, create_path
+):
+    master, _, sibling = family  # sibling: a factory-made virtual sub-account with a customer-like e-mail
+    response = sender.client.post(create_path, {"account": "PHP", "target_address": sibling.user.email, "amount": "5"})
+    assert_error(response, -1151, 404)
+    own = master.client.post(create_path, {"account": "PHP", "target_address": sibling.user.email, "amount": "5"})
+    assert own.status_code == 200, own.content
+
+
+def test_the_real_owner_of_the_name_registers_and_receives(family, sender, create_path):
+    real = customer(email="ceo@bigbank.example")
+    response = sender.client.post(
+        create_path, {"account": "PHP", "target_address": "ceo@bigbank.example", "amount": "5"}
+    )
+    assert response.status_code == 200, response.content
+    assert_balance(real.user, "PHP", "5")
+    assert_ledger_balanced()
