@@ -24,6 +24,9 @@ class _AccountFormRules:
         email = self.cleaned_data["email"].strip().lower()
         if User.objects.filter(email=email).exclude(pk=self.instance.pk).exists():
             raise ValidationError("An account with this e-mail already exists.")
+        if services.address_is_reserved(email) and email != (self.instance.email or "").lower():
+            # Only the API's virtual sub-accounts live there (issue 25, finding 4).
+            raise ValidationError("This e-mail domain is reserved for virtual sub-accounts.")
         return email
 
     def clean_master(self):

@@ -48,6 +48,8 @@ class UserRef:
     system_role: str | None
     is_active: bool
     is_frozen: bool
+    master_id: int | None = None
+    is_virtual: bool = False
 
 
 def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, LimitSnapshot]:
@@ -58,15 +60,19 @@ def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, L
         "r.email = %s" if column == "email" else "r.id = (SELECT id FROM accounts_user WHERE phone = %s LIMIT 1)"
     )
     rows = fetch_prepared(  # the f-string joins this module's constant SQL; values are parameters
-        f"SELECT r.id, r.system_role, r.is_active, r.is_frozen, {SNAPSHOT_COLUMNS}"  # noqa: S608
+        f"SELECT r.id, r.system_role, r.is_active, r.is_frozen, r.master_id, r.is_virtual, {SNAPSHOT_COLUMNS}"  # noqa: S608
         " FROM (SELECT CAST(%s AS bigint) AS id) s"
         f" LEFT JOIN accounts_user r ON {match}"
         f" LEFT JOIN accounts_ledgeraccount la ON la.user_id = s.id{SNAPSHOT_JOINS}",
         [sender_id, value, *snapshot_join_params()],
     )
     first = rows[0]  # the outer query always gives a row
-    recipient = UserRef(first[0], first[1], bool(first[2]), bool(first[3])) if first[0] is not None else None
-    return recipient, snapshot_from_rows([row[4:] for row in rows] if first[4] is not None else [])
+    recipient = (
+        UserRef(first[0], first[1], bool(first[2]), bool(first[3]), first[4], bool(first[5]))
+        if first[0] is not None
+        else None
+    )
+    return recipient, snapshot_from_rows([row[6:] for row in rows] if first[6] is not None else [])
 
 
 # --- balances, account information, history ---------------------------------------------------

@@ -8,6 +8,7 @@ import secrets
 import string
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 
 from accounts.crypto import encrypt_secret
@@ -22,6 +23,15 @@ def _random_token(length: int = 64) -> str:
     return "".join(secrets.choice(_ALPHABET) for _ in range(length))
 
 
+def address_is_reserved(email: str) -> bool:
+    """Whether `email` is in the virtual sub-accounts' own space (settings.VIRTUAL_SUB_ACCOUNT_DOMAIN
+    or a domain under it): only a virtual sub-account has such an address, so that none can ever be
+    a real customer's e-mail (issue 25, finding 4)."""
+    domain = email.strip().lower().rpartition("@")[2]
+    reserved = settings.VIRTUAL_SUB_ACCOUNT_DOMAIN
+    return domain == reserved or domain.endswith("." + reserved)
+
+
 def user_create(
     *,
     email: str,
@@ -32,6 +42,8 @@ def user_create(
 ) -> User:
     if master is not None and master.master_id is not None:
         raise ValueError("A sub-account cannot be the master of another account.")
+    if address_is_reserved(email) and not (is_virtual and master is not None):
+        raise ValueError("This e-mail domain is reserved for virtual sub-accounts.")
     return User.objects.create_user(
         email=email, password=password, phone=phone or None, master=master, is_virtual=is_virtual
     )

@@ -415,12 +415,16 @@ REMARK_LENGTH = 255
 class FundCollectApi(SubAccountApi):
     """Collect every sub-account's free balances, all assets, into the master: a task in status INIT
     that a worker carries out (get-fund-record follows it). Signed like every endpoint of the family
-    (the spec lists no timestamp for it; it moves money). The key needs Enable Crypto Wallet and
-    Enable Fiat (-2019): the collection moves assets of both kinds."""
+    (it moves money), but the timestamp is optional: the spec lists none and the official Postman
+    collection sends none. A repeat is harmless without it: the clientRequestId is unique per master
+    (for ever, in the database) and the signature is remembered too. With a timestamp, its window
+    is checked as everywhere. The key needs Enable Crypto Wallet and Enable Fiat (-2019): the
+    collection moves assets of both kinds."""
 
     http_method_names = ["post"]
     ip_weight = 1
     uid_weight = 1
+    timestamp_optional = True
     params_spec = ParamSpec(
         (
             Param(

@@ -29,9 +29,10 @@ class InvalidAccountName(ParameterInvalid):
 
 
 class AccountNameTaken(BadRequest):
-    """An accountName (e-mail) some account already has."""
+    """An accountName one of the master's own sub-accounts already has (names are scoped per
+    master: subaccounts/addresses.py)."""
 
-    message = "An account with this e-mail already exists."
+    message = "A sub-account with this name already exists."
 
 
 class TooManySubAccounts(BadRequest):

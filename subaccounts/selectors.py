@@ -12,6 +12,7 @@ from accounts.models import User
 from accounts.selectors import AssetBalance, balance_rows
 from exchange.api.errors import EndTimeBeforeStartTime, PeriodTooLong
 from exchange.api.timewindow import from_ms, shift
+from subaccounts import addresses
 from subaccounts.models import FundCollection, SubAccountTransfer
 
 HISTORY_SPAN = timedelta(days=30)
@@ -24,10 +25,13 @@ class SubAccountPage:
 
 
 def sub_account_list(*, master: User, email: str | None, page: int, limit: int) -> SubAccountPage:
-    """`master`'s sub-accounts (virtual or not), oldest first; `email` (any case) narrows to one."""
+    """`master`'s sub-accounts (virtual or not), oldest first; `email` (any case; the address or the
+    name a virtual one was created with) narrows to one."""
     rows = User.objects.filter(master_id=master.pk).order_by("id")
     if email is not None:
-        rows = rows.filter(email=email.strip().lower())
+        candidates = addresses.lookup_addresses(master_id=master.pk, email=email)
+        exact = rows.filter(email=candidates[0])
+        rows = exact if exact.exists() else rows.filter(email__in=candidates)
     total = rows.count()
     skip = (page - 1) * limit
     return SubAccountPage(list(rows[skip : skip + limit]) if skip < total else [], total)

@@ -21,8 +21,6 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -34,7 +32,7 @@ from accounts.ledger.models import Asset, Balance, BusinessType, LedgerAccount
 from accounts.models import ApiKey, User
 from exchange.api.errors import InsufficientBalance
 from exchange.ttlcache import TtlCache
-from subaccounts import errors
+from subaccounts import addresses, errors
 from subaccounts.models import (
     CollectionStatus,
     FundCollection,
@@ -69,35 +67,36 @@ def require_sub_account(account: User) -> None:
 
 
 def sub_account_of(*, master: User, email: str) -> User:
-    """`master`'s sub-account with this e-mail (any case); any other account is not found (-1151)."""
-    sub = User.objects.filter(master_id=master.pk, email=email.strip().lower()).first()
+    """`master`'s sub-account with this e-mail (any case), or the virtual one created with this
+    name (subaccounts/addresses.py); any other account is not found (-1151)."""
+    candidates = addresses.lookup_addresses(master_id=master.pk, email=email)
+    found = {sub.email: sub for sub in User.objects.filter(master_id=master.pk, email__in=candidates)}
+    sub = next((found[address] for address in candidates if address in found), None)
     if sub is None:
         raise errors.SubAccountNotFound(email)
     return sub
 
 
 def sub_account_create(*, master: User, email: str) -> User:
-    """A virtual sub-account of `master` with e-mail `email`. It has no usable password, so it
-    cannot log in anywhere; it is reached through its master (and through its own API keys, which
-    operators create in the admin). At most MAX_VIRTUAL_SUB_ACCOUNTS per master, counted under the
-    master's row lock so that concurrent creations cannot pass the limit together."""
+    """A virtual sub-account of `master` named `email`: its address is the name moved into the
+    master's own part of the reserved domain (subaccounts/addresses.py), so it never takes a real
+    customer's e-mail and a name can only be taken by one of the master's own sub-accounts. It has
+    no usable password, so it cannot log in anywhere; it is reached through its master (and
+    through its own API keys, which operators create in the admin). At most
+    MAX_VIRTUAL_SUB_ACCOUNTS per master, counted under the master's row lock so that concurrent
+    creations cannot pass the limit together."""
     require_master(master)
-    email = email.strip()
-    try:
-        validate_email(email)
-    except ValidationError as exc:
-        raise errors.InvalidAccountName("not an e-mail address") from exc
-    email = email.lower()
+    address = addresses.virtual_address(master_id=master.pk, account_name=email)
     limit = MAX_VIRTUAL_SUB_ACCOUNTS
     try:
         with transaction.atomic():
             User.objects.select_for_update().filter(pk=master.pk).values_list("pk", flat=True).get()
             if User.objects.filter(master_id=master.pk, is_virtual=True).count() >= limit:
                 raise errors.TooManySubAccounts(limit)
-            if User.objects.filter(email=email).exists():
+            if User.objects.filter(email=address).exists():  # only ever one of this master's own
                 raise errors.AccountNameTaken()
-            sub = account_services.user_create(email=email, master=master, is_virtual=True)
-    except IntegrityError as exc:  # the same e-mail created concurrently
+            sub = account_services.user_create(email=address, master=master, is_virtual=True)
+    except IntegrityError as exc:  # the same name created concurrently
         raise errors.AccountNameTaken() from exc
     logger.info("Virtual sub-account %s created for master %s", sub.pk, master.pk)
     return sub
@@ -190,6 +189,7 @@ def universal_transfer(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.NoSuchAsset("asset")
+    _check_amount(asset, amount)  # every parameter before any look-up (issue 25, finding 7)
     source = sub_account_of(master=master, email=from_email) if from_email is not None else master
     target = sub_account_of(master=master, email=to_email) if to_email is not None else master
     return _transfer(

@@ -9,9 +9,7 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import Q
 
-AMOUNT_DIGITS = 36
-AMOUNT_PLACES = 18
-QUANTUM = Decimal(1).scaleb(-AMOUNT_PLACES)
+from accounts.ledger.amounts import AMOUNT_DIGITS, AMOUNT_PLACES, QUANTUM  # noqa: F401 - QUANTUM: re-exported
 
 
 def AmountField(**kwargs) -> models.DecimalField:

@@ -45,6 +45,10 @@ _TIMESTAMP_META = "HTTP_X_SERVICE_TIMESTAMP"
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _API_KEY_FORMAT = re.compile(r"[A-Za-z0-9]{1,64}")
 FUTURE_TOLERANCE_MS = 1000
+# How long the replay memory keeps the signature of a write signed without a timestamp (no window
+# ends its validity). It is not what makes a replay harmless: such an endpoint's own business key
+# (the collect call's clientRequestId, a unique constraint) refuses a repeat for ever.
+UNTIMED_SIGNATURE_SECONDS = 24 * 3600
 
 
 class Security(StrEnum):
@@ -260,6 +264,10 @@ class EndpointAuth:
     # The endpoint's parameter names with SIGNING_PARAMS: how a signed text may be read (M2 of
     # docs/security.md). None: no rule on names (only whole pairs at the boundary).
     param_names: frozenset[str] | None = None
+    # A signed request may come without a timestamp (only the collect call, whose spec lists none
+    # and whose clients send none): the signature is still required and checked, there is no
+    # timing to check, and a write's signature is remembered for UNTIMED_SIGNATURE_SECONDS.
+    timestamp_optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -303,7 +311,12 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
     if endpoint.security.signed:
         header_timestamp = "" if raw.params.get("timestamp") else raw.meta.get(_TIMESTAMP_META, "").strip()
         timestamp_text = raw.params.get("timestamp") or header_timestamp
-        timestamp = TIMESTAMP.parse(timestamp_text) if timestamp_text else TIMESTAMP.parse_missing()
+        if timestamp_text:
+            timestamp = TIMESTAMP.parse(timestamp_text)
+        elif endpoint.timestamp_optional:
+            timestamp = None
+        else:
+            timestamp = TIMESTAMP.parse_missing()
         # Optional on every endpoint (docs/api.md): the official clients send it empty or not at all.
         recv_text = raw.params.get("recvWindow")
         recv_window = RECV_WINDOW.parse(recv_text) if recv_text else RECV_WINDOW.default
@@ -318,9 +331,12 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
             raw.body_is_json,
         )
         verify_signature(api_key.signer, provided, candidates)
-        check_timing(timestamp, recv_window)
-        if endpoint.writes:
-            signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window), timestamp)
+        if timestamp is not None:
+            check_timing(timestamp, recv_window)
+            if endpoint.writes:
+                signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window), timestamp)
+        elif endpoint.writes:
+            signature = (api_key.key, provided.lower(), UNTIMED_SIGNATURE_SECONDS, server_time_ms())
 
     account = keyring.account()
     if not api_key.is_enabled or not account.is_active:

@@ -4,7 +4,8 @@ The raw query string and the raw form body are merged with the query string winn
 sent empty (`recvWindow=`) or without a value (`&startTime&`) is absent; unknown parameters are
 ignored. Each endpoint declares its parameters; failures map to -1105 (missing), -1025 (invalid),
 -1106 (sent when not allowed) and -1107 (conflict). Decimals are parsed from the text, never
-through float.
+through float, and are bounded by the amount columns (NUMERIC(36, 18)): every DECIMAL parameter is
+an amount, and one the columns cannot hold is refused here, before anything is read or written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import parse_qsl
 
+from accounts.ledger.amounts import AMOUNT_PLACES, MAX_AMOUNT, decimal_places
 from exchange.api.errors import (
     BadRequest,
     ConflictParameter,
@@ -177,9 +179,16 @@ def _parse_decimal(param: Param, raw: str) -> Decimal:
     if not _DECIMAL_RE.fullmatch(raw):
         raise InvalidParameter(param.name)
     try:
-        return Decimal(raw)
+        value = Decimal(raw)
     except InvalidOperation as exc:  # pragma: no cover - the regex admits only valid text
         raise InvalidParameter(param.name) from exc
+    # What the amount columns hold: beyond it PostgreSQL refuses the row (a 500) and SQLite stores
+    # it; fractional digits past the columns' would be rounded away silently (trailing zeros are fine).
+    if value > MAX_AMOUNT:
+        raise ParameterInvalid(param.name, f"at most {MAX_AMOUNT}")
+    if decimal_places(value) > AMOUNT_PLACES:
+        raise ParameterInvalid(param.name, f"at most {AMOUNT_PLACES} decimal places")
+    return value
 
 
 def _parse_bool(param: Param, raw: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
+from dataclasses import replace
 from typing import Any
 
 from drf_spectacular.openapi import AutoSchema
@@ -66,8 +67,11 @@ class GatewayAutoSchema(AutoSchema):
         spec = self.view.spec_for(self.method)
         params = list(spec.params)
         if self.view.security.signed:
+            timestamp = TIMESTAMP
+            if getattr(self.view, "timestamp_optional", False):
+                timestamp = replace(TIMESTAMP, required=False, description=TIMESTAMP.description + " Optional here.")
             params += [
-                TIMESTAMP,
+                timestamp,
                 RECV_WINDOW,
                 Param("signature", required=True, description="Hex HMAC-SHA256 of totalParams."),
             ]

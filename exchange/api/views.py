@@ -70,6 +70,9 @@ class GatewayApi(APIView):
     # Whether a call moves or changes something (a read-only key is refused, -1020). None: every
     # method but GET and HEAD.
     is_write: ClassVar[bool | None] = None
+    # A signed call may come without a timestamp (auth.EndpointAuth.timestamp_optional): only where
+    # the spec lists none and the endpoint's own unique business key makes a repeat harmless.
+    timestamp_optional: ClassVar[bool] = False
     # One ParamSpec for every method, or one per method ("GET", "POST", ...).
     params_spec: ClassVar[ParamSpec | dict[str, ParamSpec]] = ParamSpec()
     # For the OpenAPI document: a short description of the response and an example of it.
@@ -172,6 +175,7 @@ class GatewayApi(APIView):
                 writes=method not in READ_METHODS if self.is_write is None else self.is_write,
                 ip_whitelist_required=self.ip_whitelist_required,
                 param_names=frozenset(param.name for param in self.spec_for(method).params) | SIGNING_PARAMS,
+                timestamp_optional=self.timestamp_optional,
             )
         return found
 

@@ -356,3 +356,7 @@ LOGGING = {
         "celery.app.trace": {"level": "WARNING"},
     },
 }
+# Virtual sub-accounts get their addresses in this domain's own space (`<name>_<domain>@m<master
+# id>.<this>`, subaccounts/addresses.py); nobody may register an e-mail in it or under it
+# (accounts.services.address_is_reserved). `.invalid` (RFC 2606) can never be a real mailbox.
+VIRTUAL_SUB_ACCOUNT_DOMAIN = env.str("VIRTUAL_SUB_ACCOUNT_DOMAIN", default="virtual.invalid").strip().lower()

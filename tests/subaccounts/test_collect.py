@@ -27,6 +27,7 @@ from django.utils import timezone
 from accounts import services as account_services
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import ApiKeyType, Balance, User
+from exchange.api import ratelimit
 from subaccounts import services
 from subaccounts.models import CollectionStatus, FundCollection, FundCollectionOutcome, OutcomeStatus
 from subaccounts.tasks import fund_collection_task
@@ -275,7 +276,8 @@ def test_a_200_character_client_request_id_and_any_remark_text(family):
 
 def test_the_call_is_signed_and_needs_a_fund_moving_key(family):
     master = family.master
-    assert_error(master.client.post(COLLECT, {"clientRequestId": "u"}, signed=False), -1105, 400)  # timestamp
+    # Without a timestamp too (issue 25: it is optional here), the signature is required.
+    assert_error(master.client.post(COLLECT, {"clientRequestId": "u"}, signed=False), -1022, 401)
     unsigned = master.client.post(COLLECT, {"clientRequestId": "u", "timestamp": now_ms()}, signed=False)
     assert_error(unsigned, -1022, 401)
     assert_error(master.client.post(COLLECT, {"clientRequestId": "u"}, signature="0" * 64), -1022, 401)
@@ -285,6 +287,74 @@ def test_the_call_is_signed_and_needs_a_fund_moving_key(family):
     assert_error(crypto_only.post(COLLECT, {"clientRequestId": "u"}), -2019, 401)
     assert not FundCollection.objects.exists()
     assert h.ok(read_only.get(RECORDS)) == []  # reading the records is fine with a read-only key
+
+
+# --- without a timestamp (issue 25: the spec lists none; the Postman collection sends none) ---------
+
+
+def untimed(who: h.Customer, params: dict, *, secret: str | None = None, signature: str | None = None):
+    """The collect call as the Postman collection sends it: its parameters and the signature over
+    them as typed, no timestamp, no recvWindow."""
+    text = "&".join(f"{name}={value}" for name, value in params.items())
+    signature = signature or hmac_hex(secret or who.secret, text)
+    return who.client.client.generic(
+        "POST",
+        f"{COLLECT}?{text}&signature={signature}",
+        content_type="application/x-www-form-urlencoded",
+        headers={"X-SERVICE-APIKEY": who.api_key.key},
+    )
+
+
+def test_without_a_timestamp_the_collect_call_is_accepted_and_collects(family, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = h.ok(untimed(family.master, {"clientRequestId": "no-ts", "remark": ""}))
+    assert answer == {"clientRequestId": "no-ts", "status": "INIT", "comment": ""}
+    assert FundCollection.objects.get().status == CollectionStatus.SUCCESS
+    assert_balance(family.sub1.user, "BTC", 0)
+    assert_balance(family.master.user, "BTC", "1.5")
+    assert_ledger_balanced()
+
+
+def test_without_a_timestamp_a_bad_or_missing_signature_is_refused(family):
+    params = {"clientRequestId": "forged", "remark": ""}
+    assert_error(untimed(family.master, params, signature="0" * 64), -1022, 401, msg_contains="ignature")
+    assert_error(untimed(family.master, params, secret="not-the-secret"), -1022, 401)
+    # The signature of other parameters (a captured request with its id changed).
+    other = hmac_hex(family.master.secret, "clientRequestId=captured&remark=")
+    assert_error(untimed(family.master, params, signature=other), -1022, 401)
+    no_signature = family.master.client.client.generic(
+        "POST", f"{COLLECT}?clientRequestId=forged", headers={"X-SERVICE-APIKEY": family.master.api_key.key}
+    )
+    assert_error(no_signature, -1022, 401)
+    assert not FundCollection.objects.exists()
+
+
+def test_a_replayed_untimed_collect_moves_money_once(family, django_capture_on_commit_callbacks):
+    """The same signed request again: refused by the replay memory (-1022); with the memory emptied
+    (a Redis flush), by the clientRequestId's unique constraint (-1010). One task, one posting."""
+    params = {"clientRequestId": "once", "remark": ""}
+    with django_capture_on_commit_callbacks(execute=True):
+        h.ok(untimed(family.master, params))
+    fund(family.sub1.user, "BTC", "0.25")  # something a second collection would move
+    assert_error(untimed(family.master, params), -1022, 401, msg_contains="replay")
+    ratelimit.counters().reset()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert_error(untimed(family.master, params), -1010, 400, msg_contains="Duplicate clientRequestId")
+    assert FundCollection.objects.count() == 1
+    assert_balance(family.sub1.user, "BTC", "0.25")
+    assert Posting.objects.filter(reference__startswith="fund-collect:").count() == 1
+    assert_ledger_balanced()
+
+
+def test_a_timestamp_sent_is_still_checked_and_other_endpoints_still_need_one(family):
+    stale = family.master.client.post(COLLECT, {"clientRequestId": "stale"}, timestamp=now_ms() - 60_000)
+    assert_error(stale, -1021, 400)
+    assert not FundCollection.objects.exists()
+    for path in (RECORDS, h.UNIVERSAL):
+        response = family.master.client.post(path, {"asset": "BTC", "amount": "1"}, timestamp=False)
+        if path == RECORDS:
+            response = family.master.client.get(path, timestamp=False)
+        assert_error(response, -1105, 400, msg_contains="timestamp")
 
 
 # --- who may call ------------------------------------------------------------------------------------

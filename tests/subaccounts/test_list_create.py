@@ -10,23 +10,30 @@ from tests.support.assertions import assert_error
 from tests.support.factories import UserFactory, customer
 
 
+def address_of(family, name: str) -> str:
+    """The address a virtual sub-account named `name` gets (subaccounts/addresses.py)."""
+    local, _, domain = name.lower().rpartition("@")
+    return f"{local}_{domain}@m{family.master.user.pk}.virtual.invalid"
+
+
 def test_create_answers_the_sub_account_with_an_integer_create_time(family):
     body = h.ok(family.master.client.post(h.CREATE, {"accountName": "New-Sub@Test.example"}))
     assert set(body) == {"email", "createTime", "isFreeze"}
-    assert body["email"] == "new-sub@test.example"
+    assert body["email"] == address_of(family, "new-sub@test.example")
     assert isinstance(body["createTime"], int)
     assert body["isFreeze"] is False
-    sub = User.objects.get(email="new-sub@test.example")
+    sub = User.objects.get(email=body["email"])
     assert sub.master_id == family.master.user.pk
     assert sub.is_virtual
     assert body["createTime"] == int(sub.date_joined.timestamp() * 1000)
+    assert not User.objects.filter(email="new-sub@test.example").exists()  # the name's owner keeps it
 
 
 def test_a_created_sub_account_cannot_log_in(family, client):
-    h.ok(family.master.client.post(h.CREATE, {"accountName": "nologin@test.example"}))
-    sub = User.objects.get(email="nologin@test.example")
+    email = h.ok(family.master.client.post(h.CREATE, {"accountName": "nologin@test.example"}))["email"]
+    sub = User.objects.get(email=email)
     assert not sub.has_usable_password()
-    assert not client.login(username="nologin@test.example", password="")
+    assert not client.login(username=email, password="")
     assert not sub.api_keys.exists()
 
 
@@ -41,9 +48,61 @@ def test_account_name_is_required(family):
     assert_error(family.master.client.post(h.CREATE), -1105, 400)
 
 
-@pytest.mark.parametrize("taken", ["fam-sub1@test.example", "FAM-MASTER@test.example", "other-master@test.example"])
-def test_account_name_unique_across_all_users(family, other_family, taken):
-    assert_error(family.master.client.post(h.CREATE, {"accountName": taken}), -1010, 400, msg_contains="exists")
+REGISTERED_ELSEWHERE = ["FAM-MASTER@test.example", "other-master@test.example", "other-sub1@test.example", "c@b.ex"]
+
+
+@pytest.mark.parametrize("registered", REGISTERED_ELSEWHERE)
+def test_a_name_registered_elsewhere_answers_like_a_free_one_and_squats_nothing(family, other_family, registered):
+    """Issue 25, finding 4: the answer does not say whether anyone has the e-mail (it was -1010
+    "exists" for a registered one), and the sub-account does not take it."""
+    if registered == "c@b.ex":
+        UserFactory(email=registered)
+    before = User.objects.filter(email=registered.lower()).values_list("pk", flat=True).first()
+    body = h.ok(family.master.client.post(h.CREATE, {"accountName": registered}))
+    assert body["email"] == address_of(family, registered)
+    assert set(body) == {"email", "createTime", "isFreeze"}
+    assert User.objects.filter(email=registered.lower()).values_list("pk", flat=True).first() == before
+
+
+def test_a_name_is_taken_only_by_the_masters_own_sub_account(family, other_family):
+    h.ok(family.master.client.post(h.CREATE, {"accountName": "dup@test.example"}))
+    again = family.master.client.post(h.CREATE, {"accountName": "DUP@test.example"})
+    assert_error(again, -1010, 400, msg_contains="A sub-account with this name already exists")
+    h.ok(other_family.master.client.post(h.CREATE, {"accountName": "dup@test.example"}))  # another master's space
+
+
+@pytest.mark.parametrize("name", ["a@virtual.invalid", "a@m1.virtual.invalid", "x@sub.m9.virtual.invalid"])
+def test_a_name_in_the_reserved_domain_is_refused(family, name):
+    response = family.master.client.post(h.CREATE, {"accountName": name})
+    assert_error(response, -1025, 400, msg_contains="reserved for virtual sub-accounts")
+
+
+def test_nobody_registers_an_address_in_the_reserved_domain(family):
+    """Registration (accounts.services.user_create, used by the demo) and the admin's forms refuse
+    the reserved space: a virtual sub-account's address can never be a customer's e-mail."""
+    from accounts import services as account_services
+    from accounts.admin import AccountCreationForm
+
+    for email in ("who@virtual.invalid", f"x_y.z@m{family.master.user.pk}.virtual.invalid"):
+        with pytest.raises(ValueError, match="reserved"):
+            account_services.user_create(email=email, password="a-long-password-1")
+        form = AccountCreationForm(data={"email": email, "password1": "Xy7!long-pass", "password2": "Xy7!long-pass"})
+        assert not form.is_valid()
+        assert "reserved for virtual sub-accounts" in str(form.errors["email"])
+    assert not User.objects.filter(email__endswith="virtual.invalid").exists()
+
+
+def test_every_endpoint_finds_the_sub_account_by_its_address_and_by_its_name(family):
+    master = family.master.client
+    address = h.ok(master.post(h.CREATE, {"accountName": "Desk@Corp.example"}))["email"]
+    for email in (address, "desk@corp.example", "DESK@corp.example"):
+        listed = h.ok(master.get(h.LIST, {"email": email}))
+        assert [s["email"] for s in listed["subAccounts"]] == [address]
+        assert "balances" in h.ok(master.get(h.ASSET, {"email": email}))
+        h.ok(master.post(h.UNIVERSAL, {"asset": "BTC", "toEmail": email, "amount": "0.01"}))
+    history = h.ok(master.get(h.UNIVERSAL_HISTORY, {"toEmail": "desk@corp.example"}))
+    assert {r["toEmail"] for r in history["result"]} == {address}
+    assert history["total"] == 3
 
 
 def test_the_31st_virtual_sub_account_is_refused(family):

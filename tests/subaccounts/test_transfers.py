@@ -80,6 +80,15 @@ def test_never_another_masters_sub_account_nor_an_unrelated_user(family, other_f
     assert_balance(other_family.sub1.user, "BTC", "0.25")
 
 
+def test_a_bad_amount_is_refused_before_any_email_is_looked_up(family, other_family):
+    """Issue 25, finding 7: the same -1025 whoever the e-mail names (it was -1151 for any e-mail
+    that is not one of the family's, and "must be positive" for one that is)."""
+    for email in (family.sub2.user.email, other_family.sub1.user.email, "nobody@test.example"):
+        response = universal(family, toEmail=email, amount="0")
+        assert_error(response, -1025, 400, msg_contains="Parameter 'amount' is not valid: must be positive")
+    assert not SubAccountTransfer.objects.exists()
+
+
 def test_a_sub_account_cannot_call_universal_transfer_even_within_its_family(family):
     response = family.sub1.client.post(
         h.UNIVERSAL,

@@ -94,12 +94,15 @@ def connector_call(client: SignedClient, method: str, path: str, params: dict | 
     return client.request(method, path, sent, signature=hmac_hex(client.secret, unquote(query)))
 
 
-def postman_call(client: SignedClient, method: str, path: str, params: dict):
+def postman_call(client: SignedClient, method: str, path: str, params: dict, *, timestamp: bool = True):
     """A request the way the official Postman collection sends it: every parameter of the request
     present, the ones not filled in sent empty (`recvWindow=&`), the text not percent-encoded, and
-    the signature over that text as sent."""
-    sent = {"recvWindow": "", **{name: "" if value is None else value for name, value in params.items()}}
-    sent["timestamp"] = now_ms()
+    the signature over that text as sent. `timestamp=False`: a request of the collection that has
+    neither `recvWindow` nor `timestamp` (subAccount/collect-from-subaccount sends only its own
+    parameters and the signature)."""
+    sent = {name: "" if value is None else value for name, value in params.items()}
+    if timestamp:
+        sent = {"recvWindow": "", **sent, "timestamp": now_ms()}
     query = "&".join(f"{name}={value}" for name, value in sent.items())
     query += f"&signature={hmac_hex(client.secret, query)}"
     return client.client.generic(

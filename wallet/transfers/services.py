@@ -8,13 +8,14 @@ import logging
 import re
 import uuid
 from decimal import Decimal
+from typing import NoReturn
 
 from django.db import IntegrityError, transaction
 
 from accounts import ledger, limits, policy
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry, Posting
 from accounts.models import SystemRole, User
-from accounts.selectors import transfer_parties
+from accounts.selectors import UserRef, transfer_parties
 from exchange.api.errors import InsufficientBalance
 from exchange.ttlcache import TtlCache
 from wallet import errors
@@ -40,6 +41,31 @@ def _fee_of(asset: Asset) -> Decimal:
     return TransferFee.objects.filter(asset=asset).values_list("fee", flat=True).first() or Decimal(0)
 
 
+def _reachable(recipient: UserRef | None, sender: User) -> bool:
+    """Whether a transfer may reach `recipient`: a customer that may receive and, for a virtual
+    sub-account, only from inside its family (its master or a sibling; issue 25, finding 4)."""
+    if recipient is None or recipient.system_role is not None or not policy.may_receive(recipient):
+        return False
+    if recipient.is_virtual and recipient.master_id is not None:
+        return sender.pk == recipient.master_id or sender.master_id == recipient.master_id
+    return True
+
+
+def _refuse_unreachable(sender: User, asset: Asset, total: Decimal) -> NoReturn:
+    """Refuse a transfer to an address no transfer may reach with the answer a reachable address
+    would get for the same request: the sender's limit (-1010) and balance (-1131) refusals come
+    first, in the ledger's order (guard, then the debit), and only then -1151. Otherwise an amount
+    over the sender's balance or limit would probe which addresses are registered for free. Only
+    this refusal path reads the balance; a transfer that goes ahead is checked by the posting."""
+    refused = limits.outflow_refusal(sender, asset, total, withdrawal=False)
+    if refused:
+        raise errors.LimitExceeded(*refused)
+    free = Balance.objects.filter(account_id=sender.pk, asset_id=asset.pk).values_list("free", flat=True).first()
+    if (free or Decimal(0)) < total:
+        raise InsufficientBalance()
+    raise errors.RecipientNotFound()
+
+
 def transfer_create(
     *,
     sender: User,
@@ -53,25 +79,29 @@ def transfer_create(
     asset = asset_by_code(asset_code)
     if asset is None:
         raise errors.UnknownAsset()
-    policy.require_may_send(sender)
-    if "@" not in target_address and not _E164.fullmatch(target_address.strip()):
-        raise errors.RecipientNotFound()
-    # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
-    # check runs on them now, and again under the lock only if it refused or the seq has moved).
-    recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
-    if recipient is None or recipient.system_role is not None or not policy.may_receive(recipient):
-        raise errors.RecipientNotFound()
-    if recipient.id == sender.pk:
-        raise errors.TransferToSelf()
+    # Every parameter, and everything that depends on the sender alone, is checked before the
+    # recipient is looked up: a refusal that came after the look-up (amount=0: "must be positive"
+    # for a registered address, -1151 for an unknown one) would tell a caller which addresses are
+    # registered without moving anything (issue 25, finding 7).
     if amount <= 0:
         raise errors.InvalidAmount("must be positive")
     if not fits_precision(amount, asset.transfer_precision):
         raise errors.InvalidAmount(f"at most {asset.transfer_precision} decimal places")
     if amount < asset.transfer_min_quantity:
         raise errors.InvalidAmount(f"below the minimum {asset.transfer_min_quantity.normalize():f}")
+    policy.require_may_send(sender)
     tier = limits.tier_for(sender)
     policy.require_priced(asset, valuation_currency=tier.currency if tier else None)
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
+    if "@" not in target_address and not _E164.fullmatch(target_address.strip()):
+        _refuse_unreachable(sender, asset, amount + fee)
+    # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
+    # check runs on them now, and again under the lock only if it refused or the seq has moved).
+    recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
+    if not _reachable(recipient, sender):
+        _refuse_unreachable(sender, asset, amount + fee)
+    if recipient.id == sender.pk:
+        raise errors.TransferToSelf()
     legs = ledger.move(sender.pk, recipient.id, asset.code, amount)
     if fee > 0:
         legs += ledger.move(sender.pk, ledger.shard_account_id(SystemRole.FEES, sender.pk), asset.code, fee)
