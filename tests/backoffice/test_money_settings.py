@@ -310,12 +310,14 @@ def test_network_settings_loosened_wait_tightened_apply(field, looser, tighter):
     before = Decimal(str(getattr(network, field)))
 
     loose = changes.change_submit(actor=admin1, obj=network, changes={field: looser}, reason="ticket 1")
-    assert loose.request is not None and not loose.applied
+    assert loose.request is not None
+    assert not loose.applied
     network.refresh_from_db()
     assert Decimal(str(getattr(network, field))) == before
 
     tight = changes.change_submit(actor=admin1, obj=network, changes={field: tighter}, reason="ticket 2")
-    assert tight.applied and tight.request is None
+    assert tight.applied
+    assert tight.request is None
     network.refresh_from_db()
     assert Decimal(str(getattr(network, field))) == Decimal(tighter)
 
