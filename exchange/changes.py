@@ -18,7 +18,9 @@ when proposed and again, under the row's lock, when approved. An approval is ref
 object's values have moved since the proposal (the approver approves exactly what happens).
 
 How a field loosens: LOWER (lowering it loosens), HIGHER (raising it loosens), ON (turning it on
-loosens), ANY (every change loosens), or AUDITED (any change applies at once, audited).
+loosens), ANY (every change loosens), AUDITED (any change applies at once, audited), or a function
+of (old, new) for a rule of its own, e.g. `moved_more_than_bps(50)` for a price that staff may nudge
+alone but not move far.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class ChangeRefused(ValueError):
 class Guarded:
     model: type[models.Model]
     action: str  # the audit trail's prefix, e.g. "asset": asset.change, asset.propose, asset.approve
-    fields: dict[str, str]
+    fields: dict[str, str | Callable]
     # Raises ChangeRefused when the change may not happen now (called with the locked row).
     precondition: Callable[[models.Model, dict], None] | None = None
     # Applies the change to the locked row and returns it; default: set the fields and save them.
@@ -64,7 +66,7 @@ def guard(
     model: type[models.Model],
     *,
     action: str,
-    fields: dict[str, str],
+    fields: dict[str, str | Callable],
     precondition: Callable[[models.Model, dict], None] | None = None,
     apply: Callable[[models.Model, dict], models.Model] | None = None,
 ) -> None:
@@ -72,7 +74,7 @@ def guard(
     Called by the owning app when it is ready; a field not declared cannot be changed here."""
     for name, how in fields.items():
         model._meta.get_field(name)  # FieldDoesNotExist for a typo
-        if how not in (LOWER, HIGHER, ON, ANY, AUDITED):
+        if not callable(how) and how not in (LOWER, HIGHER, ON, ANY, AUDITED):
             raise ValueError(f"{model._meta.label}.{name}: unknown rule {how!r}")
     _GUARDED[model._meta.label_lower] = Guarded(model, action, dict(fields), precondition, apply)
 
@@ -113,6 +115,8 @@ def _number(value) -> Decimal | None:
 def loosens(how: str, old, new) -> bool:
     """Whether changing a field from `old` to `new` loosens the control it is (see the module doc).
     A value that cannot be compared counts as loosening (fail closed)."""
+    if callable(how):
+        return bool(how(old, new))
     if how == AUDITED:
         return False
     if how == ANY:
@@ -123,6 +127,19 @@ def loosens(how: str, old, new) -> bool:
     if before is None or after is None:
         return old != new
     return after < before if how == LOWER else after > before
+
+
+def moved_more_than_bps(bps: int) -> Callable:
+    """A rule for a price: a move of more than `bps` basis points either way (or from or to 0, or a
+    value that is not a number) loosens; a smaller one applies at once."""
+
+    def rule(old, new) -> bool:
+        before, after = _number(old), _number(new)
+        if before is None or after is None or before <= 0 or after <= 0:
+            return old != new
+        return abs(after - before) * 10000 > before * bps
+
+    return rule
 
 
 @dataclass(frozen=True)

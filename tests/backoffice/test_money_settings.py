@@ -355,3 +355,13 @@ def test_guarded_rows_are_not_deleted_in_the_admin():
     network = NetworkFactory(coin__code="BTC", network="BTC")
     assert client.get(reverse("admin:wallet_network_delete", args=[network.pk])).status_code == 403
     assert client.get(reverse("admin:accounts_asset_delete", args=[network.coin_id])).status_code == 403
+
+
+def test_a_rule_of_its_own_a_price_nudged_applies_moved_far_waits():
+    rule = changes.moved_more_than_bps(50)
+    assert not changes.loosens(rule, "100", "100.4")
+    assert changes.loosens(rule, "100", "100.6")
+    assert changes.loosens(rule, "100", "99.4")
+    assert changes.loosens(rule, "100", "0")
+    assert not changes.loosens(changes.LOWER, "100", "101")
+    assert changes.loosens(changes.LOWER, "100", "not a number")
