@@ -10,7 +10,8 @@ from django.utils.html import format_html, format_html_join
 
 from accounts import services
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
-from exchange.backoffice import ReasonActionForm, ReasonFieldAdmin, action_reason
+from exchange import changes
+from exchange.backoffice import ChangeOutcomeResponses, ReasonActionForm, ReasonFieldAdmin, action_reason
 from exchange.services import staff_action, summary
 
 USER_STATE_FIELDS = ("email", "is_active", "is_frozen", "can_trade", "can_deposit", "can_withdraw")
@@ -100,8 +101,16 @@ class AccountKindFilter(admin.SimpleListFilter):
         return queryset
 
 
+# Changed only through exchange.changes (four eyes; a re-parented account must hold nothing).
+GUARDED_USER_FIELDS = ("master", "limit_tier")
+MASTER_OR_TIER_ALONE = (
+    "Change the master or the limit tier on its own (it waits for a second Administrator's approval), "
+    "then the other fields."
+)
+
+
 @admin.register(User)
-class UserAdmin(DjangoUserAdmin):
+class UserAdmin(ChangeOutcomeResponses, DjangoUserAdmin):
     """Accounts for operators (the Operations group may change users). Only a superuser grants or
     changes staff status, superuser status, groups and permissions, its own included: for anyone
     else those fields are read-only, so they are not in the form and a crafted POST cannot set
@@ -153,6 +162,21 @@ class UserAdmin(DjangoUserAdmin):
         changed = [name for name in form.changed_data if name not in ("reason", "password")]
         if not change or not changed:
             super().save_model(request, obj, form, change)
+            return
+        guarded = {name: form.cleaned_data[name] for name in changed if name in GUARDED_USER_FIELDS}
+        if guarded:
+            # A master or a limit tier changes only through the audited service, which proposes it
+            # for a second Administrator (accounts/controls.py). Alone: the page's answer is then
+            # about that one proposal, and nothing else is half-saved beside it.
+            if len(guarded) != len(changed):
+                request._change_refused = MASTER_OR_TIER_ALONE
+                return
+            try:
+                request._change_outcome = changes.change_submit(
+                    actor=request.user, obj=obj, changes=guarded, reason=form.cleaned_data.get("reason")
+                )
+            except changes.ChangeRefused as exc:
+                request._change_refused = str(exc)
             return
         fields = tuple(name for name in changed if name not in ("groups", "user_permissions"))
         before = summary(User.objects.get(pk=obj.pk), fields)
@@ -291,12 +315,21 @@ class ApiKeyForm(forms.ModelForm):
                 self.fields["status"].disabled = True
             if "user" in self.fields:  # the service's own ledger accounts have no API
                 self.fields["user"].queryset = self.fields["user"].queryset.filter(system_role__isnull=True)
+            if "types" in self.fields:
+                # Staff issue read-only keys only (accounts.services.api_key_issue_by_staff): a
+                # crafted POST of other types is ignored, as for any disabled field.
+                self.fields["types"].disabled = True
+                self.fields["types"].initial = [ApiKeyType.READ_ONLY]
+                self.fields["types"].help_text = services.STAFF_KEY_READ_ONLY
 
     def clean_types(self):
         try:
-            return services.normalize_key_types(self.cleaned_data["types"])
+            types = services.normalize_key_types(self.cleaned_data["types"])
         except ValueError as exc:
             raise ValidationError(str(exc)) from exc
+        if self.instance.pk and not services.staff_may_set_key_types(old=self.instance.types, new=types):
+            raise ValidationError(services.STAFF_KEY_NO_WIDENING)
+        return types
 
     def clean_ip_list(self):
         try:
@@ -307,7 +340,10 @@ class ApiKeyForm(forms.ModelForm):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
-    """Keys are created, changed, enabled and disabled with a reason (audited). The secret is shown
+    """Keys are created, changed, enabled and disabled with a reason (audited). Staff never hold a
+    credential that acts for a customer: a key made here is Read only (its secret, shown once to
+    hand to the customer, reads what staff see anyway), and a key's types are only ever narrowed
+    here (accounts.services.api_key_issue_by_staff, api_key_change_by_staff). The secret is shown
     once, on the page the creation answers with, and never again: it is not a field of any page,
     the audit trail or the change history (docs/operations.md)."""
 
@@ -334,17 +370,18 @@ class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
             with staff_action(
                 actor=request.user, action="api_key.change", reason=data["reason"], target=obj, before=before
             ) as draft:
-                services.api_key_set_ip_restriction(
-                    api_key=obj, ip_restrict=data["ip_restrict"], ip_list=data["ip_list"]
+                changed = services.api_key_change_by_staff(
+                    api_key=obj,
+                    name=data["name"],
+                    types=data["types"],
+                    enabled=data["status"] == ApiKeyStatus.ENABLE,
+                    ip_restrict=data["ip_restrict"],
+                    ip_list=data["ip_list"],
                 )
-                obj.types = data["types"]
-                obj.name = data["name"]
-                obj.save(update_fields=["types", "name", "updated_at"])
-                services.api_key_set_status(api_key=obj, enabled=data["status"] == ApiKeyStatus.ENABLE)
-                draft.after = summary(obj, API_KEY_FIELDS)
+                draft.after = summary(changed, API_KEY_FIELDS)
             return
         with staff_action(actor=request.user, action="api_key.create", reason=data["reason"]) as draft:
-            created = services.api_key_create(
+            created = services.api_key_issue_by_staff(
                 user=data["user"],
                 name=data["name"],
                 types=data["types"],

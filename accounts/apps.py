@@ -26,8 +26,11 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts and API keys"
 
     def ready(self) -> None:
+        from accounts import controls
         from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
         from exchange.ttlcache import clear_all
+
+        controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
 
         # Cache invalidation, not business logic: any saved change to a key or an account (admin,
         # services, shell) evicts the gateway's cached keyring of that account.

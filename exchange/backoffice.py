@@ -18,7 +18,7 @@ from django.contrib import messages
 from django.contrib.admin import helpers
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
-from django.http import Http404
+from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
 from limits import RateLimitItemPerSecond
 from limits.strategies import FixedWindowRateLimiter
@@ -151,3 +151,80 @@ class ReasonFieldAdmin:
         fields = [name for name in super().get_fields(request, obj) if name != "reason"]
         may_write = self.has_change_permission(request, obj) if obj is not None else self.has_add_permission(request)
         return [*fields, "reason"] if may_write else fields
+
+
+# --- settings that matter to money (exchange/changes.py) -------------------------------------------
+
+
+class GuardedChangeForm(ReasonFormMixin, forms.ModelForm):
+    """The form of a GuardedChangeAdmin: the model's fields and a required reason."""
+
+
+class ChangeOutcomeResponses:
+    """The answers of a change page whose save went through exchange.changes.change_submit (its
+    save_model sets request._change_outcome, or request._change_refused with the reason): a
+    refusal or a proposal is said so, and not logged as a change (nothing changed)."""
+
+    def log_change(self, request, obj, message):
+        outcome = getattr(request, "_change_outcome", None)
+        if getattr(request, "_change_refused", None) or (outcome is not None and not outcome.applied):
+            return None  # nothing changed; the audit trail has the proposal
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request, obj):
+        refused = getattr(request, "_change_refused", None)
+        here = HttpResponseRedirect(request.path)
+        if refused is not None:
+            self.message_user(request, f"Refused: {refused}", messages.ERROR)
+            return here
+        outcome = getattr(request, "_change_outcome", None)
+        if outcome is not None and outcome.request is not None:
+            self.message_user(
+                request,
+                f"Proposed as change request #{outcome.request.pk}: nothing has changed yet. It loosens a "
+                f"control ({', '.join(outcome.request.loosens)}), so another Administrator must approve it.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(reverse("admin:exchange_changerequest_change", args=[outcome.request.pk]))
+        return super().response_change(request, obj)
+
+
+class GuardedChangeAdmin(ChangeOutcomeResponses, ReasonFieldAdmin):
+    """For the ModelAdmin of a model declared with exchange.changes.guard. A change made on its page
+    goes through exchange.changes.change_submit: applied at once (audited) when it loosens nothing,
+    otherwise proposed, and applied only when a second Administrator approves it (Service
+    operations > Change requests). A new row goes through change_create (audited). Rows are never
+    deleted here, nor edited in the list (a list edit would have no reason)."""
+
+    form = GuardedChangeForm
+    list_editable = ()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    def save_model(self, request, obj, form, change):
+        from exchange import changes
+
+        data = form.cleaned_data
+        reason = data.get("reason")
+        if not change:
+            names = [f.name for f in obj._meta.concrete_fields if f.name in data]
+            created = changes.change_create(
+                actor=request.user, model=type(obj), values={name: data[name] for name in names}, reason=reason
+            )
+            obj.pk = created.pk
+            obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
+            return
+        wanted = {name: data[name] for name in form.changed_data if name != "reason"}
+        try:
+            outcome = changes.change_submit(actor=request.user, obj=obj, changes=wanted, reason=reason)
+        except changes.ChangeRefused as exc:
+            request._change_refused = str(exc)
+            return
+        request._change_outcome = outcome
+        obj.refresh_from_db()  # what is stored now: unchanged when the change waits for approval

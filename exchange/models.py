@@ -74,5 +74,52 @@ class StaffAction(models.Model):
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_id} {self.action} {self.object_type}#{self.object_id}"
 
 
+class ChangeStatus(models.TextChoices):
+    PROPOSED = "PROPOSED"
+    APPLIED = "APPLIED"
+    CANCELLED = "CANCELLED"
+
+
+class ChangeRequest(models.Model):
+    """A change of a setting that matters to money (a reference price, a fee, a minimum, a limit, an
+    account's master, ...) that would loosen a control: proposed by one staff member, applied only
+    when a second Administrator approves it (exchange/changes.py). `before` is the object's values
+    when proposed: an approval is refused if they have changed since, so what the second person
+    approves is exactly what will happen. Written only by exchange/changes.py; the admin shows it
+    read-only with the approve and cancel buttons."""
+
+    action = models.CharField(max_length=48, help_text="e.g. asset.change")
+    object_type = models.CharField(max_length=64, help_text="app_label.model of the object to change")
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200, blank=True)
+    changes = models.JSONField(help_text="Field: new value.")
+    before = models.JSONField(help_text="Field: value when proposed.")
+    loosens = models.JSONField(default=list, help_text="The fields whose change loosens a control.")
+    reason = models.TextField()
+    status = models.CharField(max_length=10, choices=ChangeStatus.choices, default=ChangeStatus.PROPOSED)
+    proposed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    proposed_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        permissions = [("approve_changerequest", "Can approve a change proposed by another staff member")]
+        indexes = [models.Index(fields=["object_type", "object_id"], name="change_request_object")]
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(reason=""), name="change_request_has_reason"),
+            models.CheckConstraint(
+                condition=~models.Q(status=ChangeStatus.APPLIED) | ~models.Q(decided_by=models.F("proposed_by")),
+                name="change_request_two_people",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"change #{self.pk} {self.action} {self.object_repr} ({self.status})"
+
+
 # The dashboard's activity rollup (exchange/dashboard/models.py) belongs to this app.
 from exchange.dashboard.models import ActivityRollup, DailyActivity  # noqa: E402,F401

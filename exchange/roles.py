@@ -5,7 +5,9 @@
   WITHDRAWAL_FOUR_EYES_ABOVE), fills travel-rule data on held deposits, tops up the convert
   liquidity, proposes manual adjustments. No API keys, bans, business status or account changes.
 - Administrator: everything operators do: all of Treasury's, plus confirming (or cancelling)
-  adjustments that someone else proposed, API keys, business status, bans, freezes, accounts.
+  adjustments that someone else proposed, API keys, business status, bans, freezes, accounts,
+  settings that matter to money (a change that loosens a control waits for another
+  Administrator's approval: exchange/changes.py).
 Later apps add their models to these lists.
 
 `sync_roles` writes them after every `migrate` (post_migrate) and on `manage.py sync_roles`. The
@@ -78,6 +80,8 @@ ROLES: dict[str, dict[str, list[str]]] = {
         ],
         # The second pair of eyes on a manual adjustment (accounts/ledger/services.py).
         "confirm": ["accounts.manualadjustment"],
+        # ... and on a change of a setting that loosens a control (exchange/changes.py).
+        "approve": ["exchange.changerequest"],
     },
 }
 

@@ -62,6 +62,9 @@ def _jsonable(value):
     return value
 
 
+jsonable = _jsonable  # for exchange/changes.py, which keeps values the same way
+
+
 @dataclass
 class StaffActionDraft:
     """What the action fills in while it runs: the object (when it is made by the action) and the

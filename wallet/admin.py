@@ -7,14 +7,17 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
-from exchange.backoffice import ReasonActionForm, action_reason
+from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, action_reason
 from exchange.services import staff_action, summary
 from wallet import services
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 
 @admin.register(Network)
-class NetworkAdmin(admin.ModelAdmin):
+class NetworkAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """Fees, minimums, maximums, confirmations and the withdrawal switch: a change that loosens one
+    waits for a second Administrator (wallet/controls.py); every change needs a reason (audited)."""
+
     list_display = (
         "coin",
         "network",
@@ -26,11 +29,51 @@ class NetworkAdmin(admin.ModelAdmin):
         "withdraw_min",
         "withdraw_max",
     )
-    list_editable = ("deposit_enable", "withdraw_enable")
     list_filter = ("coin", "deposit_enable", "withdraw_enable")
+    actions = ["withdrawals_off", "withdrawals_on", "deposits_off", "deposits_on"]
+    action_form = ReasonActionForm
 
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    def _switch(self, request, queryset, field: str, on: bool) -> None:
+        from exchange import changes
+
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        done, proposed = 0, []
+        for network in queryset:
+            try:
+                outcome = changes.change_submit(actor=request.user, obj=network, changes={field: on}, reason=reason)
+            except changes.ChangeRefused as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                continue
+            if outcome.request is not None:
+                proposed.append(f"#{outcome.request.pk}")
+            elif outcome.applied:
+                done += 1
+        self.message_user(request, f"{done} network(s) switched.", messages.SUCCESS)
+        if proposed:
+            self.message_user(
+                request,
+                f"Proposed (change requests {', '.join(proposed)}): switching withdrawals on waits for another "
+                "Administrator's approval.",
+                messages.WARNING,
+            )
+
+    @admin.action(description="Switch withdrawals off (at once)", permissions=["change"])
+    def withdrawals_off(self, request, queryset):
+        self._switch(request, queryset, "withdraw_enable", False)
+
+    @admin.action(description="Switch withdrawals on (a second Administrator approves)", permissions=["change"])
+    def withdrawals_on(self, request, queryset):
+        self._switch(request, queryset, "withdraw_enable", True)
+
+    @admin.action(description="Switch deposits off", permissions=["change"])
+    def deposits_off(self, request, queryset):
+        self._switch(request, queryset, "deposit_enable", False)
+
+    @admin.action(description="Switch deposits on", permissions=["change"])
+    def deposits_on(self, request, queryset):
+        self._switch(request, queryset, "deposit_enable", True)
 
 
 class WhitelistForm(forms.ModelForm):
@@ -71,7 +114,19 @@ class TravelRuleForm(forms.Form):
 
 
 DEPOSIT_FIELDS = ("account", "network", "amount", "status", "confirmations", "tx_id", "credited_at")
-WITHDRAWAL_FIELDS = ("account", "network", "amount", "fee", "stage", "first_approved_by", "decided_by", "tx_id", "info")
+WITHDRAWAL_FIELDS = (
+    "account",
+    "network",
+    "amount",
+    "fee",
+    "approval_value",
+    "needs_two_approvals",
+    "stage",
+    "first_approved_by",
+    "decided_by",
+    "tx_id",
+    "info",
+)
 
 
 @admin.register(Deposit)

@@ -7,7 +7,10 @@ class WalletConfig(AppConfig):
 
     def ready(self) -> None:
         from exchange.ttlcache import clear_all
+        from wallet import controls
         from wallet.models import TransferFee
+
+        controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
 
         # Reference data cached per process (exchange/ttlcache.py): a save here clears it at once.
         label = "wallet.TransferFee"

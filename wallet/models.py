@@ -149,6 +149,17 @@ class Withdrawal(models.Model):
         help_text="First approver of a withdrawal that needs two; the second must be someone else.",
     )
     first_approved_at = models.DateTimeField(null=True, blank=True)
+    # The four-eyes decision is taken when the withdrawal is applied, at the prices of that moment,
+    # and kept: a reference price edited afterwards (even to 0) never lets one person approve it
+    # (wallet.services.needs_two_approvals).
+    approval_value = AmountField(
+        null=True,
+        blank=True,
+        help_text="Amount plus fee in the approval currency (PHP) at the reference price when applied.",
+    )
+    needs_two_approvals = models.BooleanField(
+        default=False, help_text="Decided when applied (or later raised, never lowered): two approvers, not one."
+    )
 
     class Meta:
         ordering = ["id"]

@@ -18,7 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts import ledger, policy
-from accounts.ledger.models import BusinessType
+from accounts.ledger.models import Asset, BusinessType
 from accounts.limits import outflow_refusal, tier_for, value_in
 from accounts.models import SystemRole, User
 from wallet import errors
@@ -90,7 +90,11 @@ def deposit_record(
     if deposit is None:
         threshold = settings.TRAVEL_RULE_THRESHOLD
         tier = tier_for(owner.account)
-        value = value_in(tier.currency if tier else "PHP", network.coin, amount)
+        currency = tier.currency if tier else "PHP"
+        value = value_in(currency, network.coin, amount)
+        if network.coin.code != currency and not network.coin.reference_price > 0:
+            value = None  # no price: fail closed, the deposit waits for travel-rule data
+        held = bool(threshold) and (value is None or value >= threshold)
         try:
             with transaction.atomic():
                 deposit = Deposit.objects.create(
@@ -102,10 +106,8 @@ def deposit_record(
                     tx_id=tx_id,
                     output_index=output_index,
                     confirmations=confirmations,
-                    travel_rule_required=bool(threshold) and value >= threshold,
-                    status=DepositStatus.NEED_FILL_DATA
-                    if bool(threshold) and value >= threshold
-                    else DepositStatus.PROCESSING,
+                    travel_rule_required=held,
+                    status=DepositStatus.NEED_FILL_DATA if held else DepositStatus.PROCESSING,
                 )
         except IntegrityError:
             deposit = Deposit.objects.get(network=network, tx_id=tx_id, output_index=output_index)
@@ -225,6 +227,7 @@ def withdrawal_apply(
     _check_amount(net, amount)
     fee = net.withdraw_fee
     approval = value_in(APPROVAL_CURRENCY, net.coin, amount) > settings.WITHDRAWAL_APPROVAL_THRESHOLD
+    approval_value = approval_value_of(net.coin, amount + fee)
     try:
         with transaction.atomic():
             withdrawal = Withdrawal.objects.create(
@@ -236,6 +239,8 @@ def withdrawal_apply(
                 fee=fee,
                 withdraw_order_id=withdraw_order_id,
                 stage=WithdrawalStage.AWAITING_APPROVAL if approval else WithdrawalStage.QUEUED,
+                approval_value=approval_value,
+                needs_two_approvals=_above_four_eyes(approval_value),
             )  # a repeated withdrawOrderId fails here, at its unique constraint
 
             def guard() -> None:
@@ -376,13 +381,33 @@ class ApprovalRefused(ValueError):
     """A four-eyes rule refused the approval (the first approver approving again)."""
 
 
-def needs_two_approvals(withdrawal: Withdrawal) -> bool:
-    """Whether approving `withdrawal` takes two staff members: worth more than
-    WITHDRAWAL_FOUR_EYES_ABOVE (APPROVAL_CURRENCY at the asset's reference price, amount plus fee)."""
+def approval_value_of(coin, amount: Decimal) -> Decimal | None:
+    """`amount` of `coin` in APPROVAL_CURRENCY at its reference price now; None when it has no
+    price (0 or missing), which every caller treats as "above any threshold"."""
+    if coin.code != APPROVAL_CURRENCY and not (coin.reference_price or ZERO) > 0:
+        return None
+    return value_in(APPROVAL_CURRENCY, coin, amount).quantize(Decimal(1).scaleb(-8))
+
+
+def _above_four_eyes(value: Decimal | None) -> bool:
     above = settings.WITHDRAWAL_FOUR_EYES_ABOVE
     if above is None:
         return False
-    return value_in(APPROVAL_CURRENCY, withdrawal.network.coin, withdrawal.amount + withdrawal.fee) > above
+    return value is None or value > above  # no price: fail closed
+
+
+def needs_two_approvals(withdrawal: Withdrawal) -> bool:
+    """Whether approving `withdrawal` takes two staff members. Decided when it was applied
+    (`needs_two_approvals`, from its `approval_value`: amount plus fee in APPROVAL_CURRENCY) and
+    only ever raised since: it also takes two when its value at today's reference price is above
+    WITHDRAWAL_FOUR_EYES_ABOVE, or when the asset has no price now. A price lowered (even to 0)
+    after it was applied never lets one person send it."""
+    if settings.WITHDRAWAL_FOUR_EYES_ABOVE is None:
+        return False  # four eyes switched off for this deployment
+    if withdrawal.needs_two_approvals or withdrawal.approval_value is None:
+        return True
+    coin = Asset.objects.get(pk=withdrawal.network.coin_id)  # today's price, not a cached row's
+    return _above_four_eyes(approval_value_of(coin, withdrawal.amount + withdrawal.fee))
 
 
 def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdrawal:

@@ -24,6 +24,7 @@ from accounts.ledger.models import (
 )
 from accounts.models import LimitTier, TierLimit
 from exchange.api.errors import InsufficientBalance
+from exchange.backoffice import GuardedChangeAdmin
 from exchange.services import ReasonRequired, staff_action, summary
 
 
@@ -39,15 +40,15 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Asset)
-class AssetAdmin(admin.ModelAdmin):
+class AssetAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """A reference price lowered (and the other loosening changes of accounts/controls.py) waits for
+    a second Administrator; every change needs a reason and is audited."""
+
     list_display = ("code", "name", "transfer_precision", "transfer_min_quantity", "is_fiat", "reference_price")
     search_fields = ("code", "name")
 
     def get_readonly_fields(self, request, obj=None):
         return ("code",) if obj else ()
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Balance)
@@ -271,11 +272,32 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
 
 
 class TierLimitInline(admin.TabularInline):
+    """Shown on the tier's page; changed on each limit's own page (audited, four eyes to raise)."""
+
     model = TierLimit
     extra = 0
+    fields = ("period", "cash_in_limit", "cash_out_limit", "total_withdraw_limit")
+    readonly_fields = fields
+    show_change_link = True
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(LimitTier)
-class LimitTierAdmin(admin.ModelAdmin):
+class LimitTierAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     list_display = ("name", "currency", "is_default")
     inlines = [TierLimitInline]
+
+
+@admin.register(TierLimit)
+class TierLimitAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """Raising a limit waits for a second Administrator; lowering one applies at once (audited)."""
+
+    list_display = ("tier", "period", "cash_in_limit", "cash_out_limit", "total_withdraw_limit")
+    list_filter = ("tier", "period")
+    list_select_related = ("tier",)

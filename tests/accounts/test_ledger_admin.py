@@ -100,6 +100,7 @@ ASSET_FORM = {
     "transfer_precision": "8",
     "transfer_min_quantity": "0.0001",
     "reference_price": "200000",
+    "reason": "listing approved by the asset committee",
     "_save": "Save",
 }
 

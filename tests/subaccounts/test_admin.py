@@ -131,9 +131,11 @@ def test_a_key_created_for_a_sub_account_belongs_to_it_and_works(family, operati
     again = operations.get(reverse("admin:accounts_apikey_change", args=[key.pk])).content.decode()
     assert secret not in again
     client = SignedClient(key.key, secret)
-    # sub2 holds no BTC: a recorded failed transfer, which shows the key signs as sub2
-    answer = h.ok(client.post(h.SUB_TO_MASTER, {"asset": "BTC", "amount": "0.01", "clientTranId": "ops-key"}))
-    assert answer == {"clientTransferId": "ops-key", "result": False}
+    # A key made by staff is Read only (issue 25, finding 3): it signs as sub2 for reads, and no
+    # write of it is accepted, whatever types the form was sent with.
+    assert key.types == ["Read only"]
+    assert "ops-made" in [item["apiName"] for item in h.ok(client.get("/openapi/v1/api-keys"))]
+    assert_error(client.post(h.SUB_TO_MASTER, {"asset": "BTC", "amount": "0.01", "clientTranId": "ops-key"}), -1020)
 
 
 def test_the_familys_transfers_are_listed_read_only(family, operations, support):

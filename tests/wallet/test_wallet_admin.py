@@ -12,8 +12,10 @@ from django.urls import reverse
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
+from exchange.models import ChangeRequest, ChangeStatus
 from tests.support.assertions import assert_error
 from tests.support.backoffice import held_deposit, trx_withdrawal
+from tests.support.staff import ADMINISTRATOR, staff_member
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
 from wallet import services
@@ -126,30 +128,32 @@ def test_money_never_moves_by_editing_a_row(root, awaiting):
 # --- networks ----------------------------------------------------------------------------------
 
 
+SWITCH_ACTIONS = {
+    ("withdraw_enable", False): "withdrawals_off",
+    ("withdraw_enable", True): "withdrawals_on",
+    ("deposit_enable", False): "deposits_off",
+    ("deposit_enable", True): "deposits_on",
+}
+
+
 def _switches(client: Client, changes: dict[str, dict[str, bool]]):
-    """Post the changelist's editable formset, changing the switches of the named networks
-    ("USDT/TRX": {"withdraw_enable": False})."""
-    url = reverse("admin:wallet_network_changelist")
-    formset = client.get(url).context["cl"].formset
-    data = {
-        "form-TOTAL_FORMS": str(formset.total_form_count()),
-        "form-INITIAL_FORMS": str(formset.initial_form_count()),
-        "form-MIN_NUM_FORMS": "0",
-        "form-MAX_NUM_FORMS": "1000",
-        "_save": "Save",
-    }
-    for form in formset.forms:
-        network = form.instance
-        values = {
-            "deposit_enable": network.deposit_enable,
-            "withdraw_enable": network.withdraw_enable,
-            **changes.get(f"{network.coin.code}/{network.network}", {}),
-        }
-        data[f"{form.prefix}-id"] = str(network.pk)
-        for name, on in values.items():
-            if on:
-                data[f"{form.prefix}-{name}"] = "on"
-    return client.post(url, data)
+    """Switch the named networks ("USDT/TRX": {"withdraw_enable": False}) by the changelist's
+    actions, with a reason. Switching withdrawals on is only proposed (a second Administrator
+    approves it: exchange/changes.py)."""
+    response = None
+    for name, switches in changes.items():
+        coin, network = name.split("/")
+        pk = Network.objects.get(coin__code=coin, network=network).pk
+        for field, on in switches.items():
+            response = _action(client, "network", SWITCH_ACTIONS[(field, on)], [pk])
+    return response
+
+
+def _approve_change(request_id: int, reason: str = "second look: fine") -> None:
+    response = _client(staff_member(ADMINISTRATOR)).post(
+        reverse("admin:exchange_changerequest_decide", args=[request_id]), {"decision": "approve", "reason": reason}
+    )
+    assert response.status_code == 302
 
 
 def test_network_switches(root, master_client):
@@ -172,7 +176,11 @@ def test_network_switches(root, master_client):
     assert coins["USDT"]["withdrawAllEnable"] is True  # ETH still on
     assert coins["BTC"]["depositAllEnable"] is False
 
+    # On again: proposed (it loosens a control), applied when another Administrator approves.
     _switches(root, {"USDT/TRX": {"withdraw_enable": True}})
+    assert Network.objects.get(coin__code="USDT", network="TRX").withdraw_enable is False
+    proposal = ChangeRequest.objects.get(status=ChangeStatus.PROPOSED)
+    _approve_change(proposal.pk)
     assert Network.objects.get(coin__code="USDT", network="TRX").withdraw_enable is True
 
 
@@ -427,19 +435,11 @@ def test_support_cannot_run_withdrawal_actions(support, demo_master, awaiting, d
 
 
 def test_support_cannot_switch_networks(support, root):
-    url = reverse("admin:wallet_network_changelist")
-    formset = root.get(url).context["cl"].formset
-    data = {
-        "form-TOTAL_FORMS": str(formset.total_form_count()),
-        "form-INITIAL_FORMS": str(formset.initial_form_count()),
-        "form-MIN_NUM_FORMS": "0",
-        "form-MAX_NUM_FORMS": "1000",
-        "_save": "Save",
-    }
-    for form in formset.forms:
-        data[f"{form.prefix}-id"] = str(form.instance.pk)  # every switch off
-    response = support.post(url, data)
-    assert response.status_code in (200, 302, 403)
+    for network in Network.objects.all():
+        response = _switches(support, {f"{network.coin.code}/{network.network}": {"withdraw_enable": False}})
+        assert response.status_code in (200, 302, 403)
+        response = _switches(support, {f"{network.coin.code}/{network.network}": {"deposit_enable": False}})
+        assert response.status_code in (200, 302, 403)
     assert not Network.objects.filter(withdraw_enable=False).exists()
     assert not Network.objects.filter(deposit_enable=False).exists()
 

@@ -5,13 +5,16 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from exchange.api.errors import InsufficientBalance
+from exchange.backoffice import GuardedChangeAdmin
 from exchange.services import staff_action, summary
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services
 
 
 @admin.register(TransferFee)
-class TransferFeeAdmin(admin.ModelAdmin):
+class TransferFeeAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """A fee lowered waits for a second Administrator; raised, it applies at once (audited)."""
+
     list_display = ("asset", "fee")
 
 
