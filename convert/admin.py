@@ -19,19 +19,9 @@ from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
 from convert import prices, selectors, services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
+from exchange import changes
+from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, action_reason
 from exchange.services import staff_action
-
-
-class AssetPriceForm(forms.ModelForm):
-    class Meta:
-        model = AssetPrice
-        fields = ("asset", "anchor_price", "walk_step_bps", "walk_band_bps")
-
-
-class MarketForm(forms.ModelForm):
-    class Meta:
-        model = Market
-        fields = ("base", "quote", "spread_bps")
 
 
 class TopUpForm(forms.Form):
@@ -48,27 +38,28 @@ class TopUpForm(forms.Form):
 
 
 @admin.register(AssetPrice)
-class AssetPriceAdmin(admin.ModelAdmin):
+class AssetPriceAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     """One price per asset in the numeraire (CONVERT_NUMERAIRE). Setting the anchor moves the price
-    there at once; the price source then walks it around."""
+    there at once; the price source then walks it around. Every change needs a reason (audited); an
+    anchor moved by more than 1% waits for a second Administrator (convert/controls.py)."""
 
-    form = AssetPriceForm
     list_display = ("__str__", "anchor_price", "price", "price_updated_at", "walk_step_bps", "walk_band_bps")
     list_select_related = ("asset",)
+    fields = ("asset", "anchor_price", "walk_step_bps", "walk_band_bps", "reason", "price", "price_updated_at")
     readonly_fields = ("price", "price_updated_at")
 
     def save_model(self, request, obj, form, change):
-        if not change or "anchor_price" in form.changed_data:
-            obj.price = obj.anchor_price
-            obj.price_updated_at = timezone.now()
+        if not change:  # a new asset's price starts at its anchor, confirmed now
+            form.cleaned_data["price"] = form.cleaned_data["anchor_price"]
+            form.cleaned_data["price_updated_at"] = timezone.now()
         super().save_model(request, obj, form, change)
 
 
 @admin.register(Market)
-class MarketAdmin(admin.ModelAdmin):
-    """Two assets and the spread taken on each leg; the price is derived from the assets' prices."""
+class MarketAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """Two assets and the spread taken on each leg; the price is derived from the assets' prices.
+    Lowering a spread waits for a second Administrator (convert/controls.py)."""
 
-    form = MarketForm
     list_display = ("__str__", "price", "spread_bps")
     list_select_related = ("base", "quote")
 
@@ -118,11 +109,48 @@ class MarketAdmin(admin.ModelAdmin):
 
 
 @admin.register(Pair)
-class PairAdmin(admin.ModelAdmin):
+class PairAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """Bounds, precision, fee and the switch: a change that loosens one waits for a second
+    Administrator (convert/controls.py); switching a pair off applies at once. Every change needs a
+    reason (audited)."""
+
     list_display = ("__str__", "market", "min_source_amount", "max_source_amount", "precision", "fee_bps", "enabled")
     list_filter = ("enabled", "source", "target")
-    list_editable = ("enabled",)
     list_select_related = ("source", "target", "market__base", "market__quote")
+    actions = ["pairs_off", "pairs_on"]
+    action_form = ReasonActionForm
+
+    def _switch(self, request, queryset, on: bool) -> None:
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        done, proposed = 0, []
+        for pair in queryset:
+            try:
+                outcome = changes.change_submit(actor=request.user, obj=pair, changes={"enabled": on}, reason=reason)
+            except changes.ChangeRefused as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                continue
+            if outcome.request is not None:
+                proposed.append(f"#{outcome.request.pk}")
+            elif outcome.applied:
+                done += 1
+        self.message_user(request, f"{done} pair(s) switched.", messages.SUCCESS)
+        if proposed:
+            self.message_user(
+                request,
+                f"Proposed (change requests {', '.join(proposed)}): switching a pair on waits for another "
+                "Administrator's approval.",
+                messages.WARNING,
+            )
+
+    @admin.action(description="Switch pairs off (at once)", permissions=["change"])
+    def pairs_off(self, request, queryset):
+        self._switch(request, queryset, False)
+
+    @admin.action(description="Switch pairs on (a second Administrator approves)", permissions=["change"])
+    def pairs_on(self, request, queryset):
+        self._switch(request, queryset, True)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

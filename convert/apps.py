@@ -3,3 +3,8 @@ from django.apps import AppConfig
 
 class ConvertConfig(AppConfig):
     name = "convert"
+
+    def ready(self) -> None:
+        from convert import controls
+
+        controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)

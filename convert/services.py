@@ -34,7 +34,7 @@ from accounts.errors import AccountMayNotSend
 from accounts.ledger.models import Balance, BusinessType, Posting
 from accounts.models import SystemRole, User
 from convert import errors, prices
-from convert.models import Order, OrderStatus, Pair, Quote
+from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
 from convert.prices import customer_price
 from exchange.api.errors import Disconnected, InsufficientBalance
 from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
@@ -347,3 +347,20 @@ def liquidity_top_up(
         return Posting.objects.get(reference=reference).pk
     logger.info("Convert liquidity +%s %s by %s: %s", amount, asset_code, actor.email, reason)
     return result.posting_id
+
+
+def asset_price_apply(row: AssetPrice, changes: dict) -> AssetPrice:
+    """Apply a staff change of an asset's price settings (exchange/changes.py calls it with the
+    locked row, once approved where it must be): a new anchor moves the price there at once and
+    confirms it; the price source then walks it around."""
+    for name, value in changes.items():
+        field = row._meta.get_field(name)
+        setattr(row, field.attname, value if field.is_relation else field.to_python(value))
+    fields = [row._meta.get_field(name).attname for name in changes]
+    if "anchor_price" in changes:
+        row.price = row.anchor_price
+        row.price_updated_at = timezone.now()
+        fields += ["price", "price_updated_at"]
+    row.full_clean(exclude=["asset"], validate_unique=False)
+    row.save(update_fields=fields)
+    return row

@@ -12,7 +12,9 @@ from django.urls import reverse
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import User
 from convert import services
-from convert.models import AssetPrice, Market, Order, Quote
+from convert.models import AssetPrice, Market, Order, Pair, Quote
+from exchange import changes
+from exchange.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.convert.helpers import free, shards
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.factories import customer
@@ -85,15 +87,57 @@ def test_quotes_and_orders_are_read_only(orders, root, model):
     assert Order.objects.get(pk=orders[0].pk).source_amount == Decimal("0.01")
 
 
-def test_a_new_anchor_moves_the_price_at_once(convert_world, operations):
+def _decide(client, request_id: int, decision: str = "approve", reason: str = "second look"):
+    return client.post(
+        reverse("admin:exchange_changerequest_decide", args=[request_id]),
+        {"decision": decision, "reason": reason},
+        follow=True,
+    )
+
+
+def _asset_price_change(client, row: AssetPrice, **changed):
+    data = {
+        "asset": row.asset_id,
+        "anchor_price": str(row.anchor_price),
+        "walk_step_bps": str(row.walk_step_bps),
+        "walk_band_bps": str(row.walk_band_bps),
+        "_save": "Save",
+        **changed,
+    }
+    return client.post(reverse("admin:convert_assetprice_change", args=[row.pk]), data)
+
+
+def test_a_nudged_anchor_moves_the_price_at_once_with_a_reason(convert_world, operations):
     _, client = operations
     btc = AssetPrice.objects.get(asset__code="BTC")
     AssetPrice.objects.filter(pk=btc.pk).update(price=Decimal("5100000"))
-    response = client.post(
-        reverse("admin:convert_assetprice_change", args=[btc.pk]),
-        {"asset": btc.asset_id, "anchor_price": "6000000", "walk_step_bps": "5", "walk_band_bps": "300"},
-    )
+    refused = _asset_price_change(client, btc, anchor_price="5210000")
+    assert refused.status_code == 200  # the form again: a reason is required
+    assert AssetPrice.objects.get(pk=btc.pk).anchor_price == Decimal(5200000)
+    response = _asset_price_change(client, btc, anchor_price="5210000", reason="desk's price")
     assert response.status_code == 302, response.content[:1000]
+    btc.refresh_from_db()
+    assert (btc.anchor_price, btc.price) == (Decimal(5210000), Decimal(5210000))
+    assert StaffAction.objects.filter(action="asset_price.change", reason="desk's price").count() == 1
+
+
+def test_a_large_anchor_move_waits_for_a_second_administrator(convert_world, operations, make_user):
+    """One Administrator cannot set a price customers could convert against at will (issue 25,
+    finding 2): a move of more than 1%, either way, is only proposed."""
+    _, client = operations
+    btc = AssetPrice.objects.get(asset__code="BTC")
+    for anchor in ("1", "6000000"):
+        response = _asset_price_change(client, btc, anchor_price=anchor, reason="fat finger or not")
+        assert response.status_code == 302, response.content[:1000]
+        assert AssetPrice.objects.get(pk=btc.pk).anchor_price == Decimal(5200000)  # nothing changed yet
+    proposals = list(ChangeRequest.objects.filter(status=ChangeStatus.PROPOSED).order_by("pk"))
+    assert len(proposals) == 2
+    assert _decide(client, proposals[1].pk).status_code in (200, 403)  # the proposer cannot approve
+    assert AssetPrice.objects.get(pk=btc.pk).anchor_price == Decimal(5200000)
+
+    _decide(client, proposals[0].pk, "cancel")
+    admin2 = logged_in(staff_in(make_user, "Administrator"))
+    _decide(admin2, proposals[1].pk)
     btc.refresh_from_db()
     assert (btc.anchor_price, btc.price) == (Decimal(6000000), Decimal(6000000))
     # every market with BTC follows: BTC/USDT is now 6,000,000 / 58.20
@@ -101,16 +145,37 @@ def test_a_new_anchor_moves_the_price_at_once(convert_world, operations):
     assert "103092.783505" in page.content.decode()
 
 
-def test_a_market_edits_its_spread(convert_world, operations):
+def test_a_lower_spread_waits_a_higher_one_applies(convert_world, operations):
     _, client = operations
     market = Market.objects.get(base__code="BTC", quote__code="PHP")
-    response = client.post(
-        reverse("admin:convert_market_change", args=[market.pk]),
-        {"base": market.base_id, "quote": market.quote_id, "spread_bps": "30"},
+    url = reverse("admin:convert_market_change", args=[market.pk])
+    form = {"base": market.base_id, "quote": market.quote_id, "_save": "Save"}
+    assert client.post(url, {**form, "spread_bps": "30", "reason": "volatile"}).status_code == 302
+    assert Market.objects.get(pk=market.pk).spread_bps == 30
+    assert client.post(url, {**form, "spread_bps": "0", "reason": "promotion"}).status_code == 302
+    assert Market.objects.get(pk=market.pk).spread_bps == 30  # proposed only
+    assert ChangeRequest.objects.filter(status=ChangeStatus.PROPOSED).count() == 1
+
+
+def test_pairs_switch_off_at_once_and_on_with_four_eyes(convert_world, operations, make_user):
+    _, client = operations
+    pair = Pair.objects.get(source__code="BTC", target__code="PHP")
+    changelist = reverse("admin:convert_pair_changelist")
+    action = {"_selected_action": [str(pair.pk)], "index": "0", "reason": "incident"}
+    client.post(changelist, {**action, "action": "pairs_off"}, follow=True)
+    assert Pair.objects.get(pk=pair.pk).enabled is False
+    client.post(changelist, {**action, "action": "pairs_on"}, follow=True)
+    assert Pair.objects.get(pk=pair.pk).enabled is False  # proposed
+    request = ChangeRequest.objects.get(status=ChangeStatus.PROPOSED)
+    _decide(logged_in(staff_in(make_user, "Administrator")), request.pk)
+    assert Pair.objects.get(pk=pair.pk).enabled is True
+    # a raised maximum or a lowered fee waits too (convert/controls.py)
+    assert (
+        changes.change_submit(
+            actor=staff_in(make_user, "Administrator"), obj=pair, changes={"max_source_amount": "50"}, reason="whale"
+        ).request
+        is not None
     )
-    assert response.status_code == 302, response.content[:1000]
-    market.refresh_from_db()
-    assert market.spread_bps == 30
 
 
 def test_the_liquidity_page_shows_the_house_per_asset(convert_world, root):
