@@ -107,6 +107,10 @@ def snapshot(user: User, now: datetime | None = None) -> LimitSnapshot:
     )
 
 
+# What one unit of an unpriced asset counts as against the limits: more than any limit.
+UNKNOWN_VALUE = Decimal("1e30")
+
+
 def usage(
     user: User, *, currency: str, now: datetime | None = None, snap: LimitSnapshot | None = None
 ) -> dict[str, tuple[Usage, Usage]]:
@@ -116,7 +120,12 @@ def usage(
     rows = (snap or snapshot(user, now)).rows
     totals = {span: [ZERO] * 5 for span in SPAN_NAMES.values()}  # in, out, withdraw, p2p in, p2p out
     for span, code, price, deposits, withdrawals, p2p_in, p2p_out in rows:
-        rate = Decimal(1) if code == currency else decimal_from_db(price)
+        rate = Decimal(1) if code == currency else decimal_from_db(price or 0)
+        if not rate > 0:
+            # Movements of an asset without a price are worth an unknown amount: fail closed - they
+            # use the whole of every limit (nothing more goes out until the asset is priced again),
+            # never nothing (issue 25, finding 2: a price set to 0 must not lift a control).
+            rate = UNKNOWN_VALUE
         deposits, withdrawals = decimal_from_db(deposits) * rate, decimal_from_db(withdrawals) * rate
         p2p_in, p2p_out = decimal_from_db(p2p_in) * rate, decimal_from_db(p2p_out) * rate
         bucket = totals[SPAN_NAMES[span]]

@@ -146,3 +146,23 @@ def test_usage_values_every_asset_at_its_reference_price(make_user, coins):
     Asset.objects.filter(code="BTC").update(reference_price=Decimal(2000))
     assert usage(user, currency="PHP")["day"][0].cash_out == Decimal("2500")
     assert usage(user, currency="BTC")["day"][0].withdraw == Decimal("0.75")
+
+
+def test_usage_of_an_asset_whose_price_is_gone_fails_closed(make_user, coins):
+    """Issue 25, finding 2: a reference price set to 0 (or missing) must not make an account's past
+    movements of that asset count as nothing against its limits: they count as more than any limit,
+    so nothing more goes out until the asset is priced again. An asset with no movements is not
+    affected."""
+    alice, bob = make_user().id, make_user().id
+    history(alice, bob)
+    user = type("U", (), {"pk": alice})()
+    Asset.objects.filter(code="BTC").update(reference_price=Decimal(0))
+    everything, p2p = usage(user, currency="PHP")["day"]
+    assert everything.cash_out > Decimal("1e20")
+    assert everything.withdraw > Decimal("1e20")
+    assert p2p.cash_out > Decimal("1e20")
+    Asset.objects.filter(code="BTC").update(reference_price=Decimal(1000))
+    assert usage(user, currency="PHP")["day"][0].cash_out == Decimal("1250")
+    carol = type("U", (), {"pk": make_user().id})()
+    Asset.objects.filter(code="BTC").update(reference_price=Decimal(0))
+    assert usage(carol, currency="PHP")["day"][0].cash_out == Decimal(0)
