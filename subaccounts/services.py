@@ -28,6 +28,7 @@ from django.utils import timezone
 from accounts import ledger, policy
 from accounts import services as account_services
 from accounts.errors import AccountMayNotSend
+from accounts.ledger.amounts import decimal_places
 from accounts.ledger.models import Asset, Balance, BusinessType, LedgerAccount
 from accounts.models import ApiKey, User
 from exchange.api.errors import InsufficientBalance
@@ -105,8 +106,7 @@ def sub_account_create(*, master: User, email: str) -> User:
 def _check_amount(asset: Asset, amount: Decimal) -> None:
     if amount <= 0:
         raise InvalidAmount("must be positive")
-    exponent = amount.normalize().as_tuple().exponent
-    if isinstance(exponent, int) and exponent < -asset.transfer_precision:
+    if decimal_places(amount) > asset.transfer_precision:  # counted exactly, not after normalize()'s rounding
         raise InvalidAmount(f"at most {asset.transfer_precision} decimal places")
 
 

@@ -18,6 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts import ledger, policy
+from accounts.ledger.amounts import decimal_places
 from accounts.ledger.models import Asset, BusinessType
 from accounts.limits import outflow_refusal, tier_for, value_in
 from accounts.models import SystemRole, User
@@ -192,9 +193,9 @@ def deposits_scan() -> int:
 
 
 def fits_precision(amount: Decimal, places: int) -> bool:
-    """Whether `amount` has at most `places` significant decimal places (1.50 fits 1)."""
-    exponent = amount.normalize().as_tuple().exponent
-    return not isinstance(exponent, int) or exponent >= -places
+    """Whether `amount` has at most `places` significant decimal places (1.50 fits 1), counted exactly
+    (`normalize()` would round a long amount to 28 digits and count its last places away)."""
+    return decimal_places(amount) <= places
 
 
 def _check_amount(network: Network, amount: Decimal) -> None:

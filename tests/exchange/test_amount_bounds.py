@@ -20,6 +20,7 @@ from exchange.api.views import GatewayApi
 from exchange.api_urls import urlpatterns
 from tests.support.assertions import assert_error, assert_ledger_balanced
 from tests.support.factories import AssetFactory, customer
+from wallet.services import fits_precision
 
 AMOUNT_ENDPOINTS = {  # what the discovery must find at least (it fails if one goes missing)
     ("POST", "/openapi/v1/sub-account/transfer/universal-transfer", "amount"),
@@ -117,3 +118,13 @@ def test_the_largest_amount_the_columns_hold_passes_the_gateway(family, method, 
     assert "at most 999999999999999999" not in response.content.decode()
     assert Decimal(str(MAX_AMOUNT)) == MAX_AMOUNT
     assert_ledger_balanced()
+
+
+@pytest.mark.parametrize("places", [0, 2, 8])
+def test_a_long_amount_s_last_places_are_counted(places):
+    """normalize() rounds to 28 digits: 100000000000000000.00000000000000001 looked like 0 places
+    and passed an asset's precision check, then reached the 18-place column whole."""
+    long = Decimal("100000000000000000.00000000000000001")
+    assert not fits_precision(long, places)
+    assert fits_precision(Decimal("100000000000000000.50"), 2)
+    assert not fits_precision(Decimal("100000000000000000.50"), 0)
