@@ -6,6 +6,7 @@ timing, parameters, rate limits) keep the `{code, msg}` form of every endpoint."
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from rest_framework.response import Response
@@ -14,7 +15,7 @@ from accounts.models import ApiKeyType
 from convert import presenters, selectors, services
 from convert.models import OrderStatus
 from exchange.api import envelope
-from exchange.api.auth import Security
+from exchange.api.auth import Security, server_time_ms
 from exchange.api.errors import ParameterInvalid
 from exchange.api.params import Param, ParamSpec, check_skip
 from exchange.api.timewindow import end_from_ms, from_ms
@@ -154,3 +155,76 @@ class OrderHistoryApi(ConvertApi):
             user_id=self.account.pk, start=start, end=end, status=p["status"], page=p["page"], size=p["size"]
         )
         return Response(envelope.success([presenters.order_json(o) for o in page.orders], total=page.total))
+
+
+# At most this many symbols in one `symbols` filter (the service lists a few markets).
+MAX_SYMBOLS = 100
+
+
+def _symbols_filter(text: str) -> list[str]:
+    """`symbols` as the real service takes it: a JSON array of symbol names, sent with its brackets
+    percent-encoded (`symbols=%5B"BTCPHP","ETHUSDT"%5D`)."""
+    try:
+        names = json.loads(text)
+    except ValueError:
+        raise ParameterInvalid("symbols", 'a JSON array of symbols, e.g. ["BTCPHP","ETHUSDT"]') from None
+    if not isinstance(names, list) or not names or not all(isinstance(name, str) and name for name in names):
+        raise ParameterInvalid("symbols", 'a JSON array of symbols, e.g. ["BTCPHP","ETHUSDT"]')
+    if len(names) > MAX_SYMBOLS:
+        raise ParameterInvalid("symbols", f"at most {MAX_SYMBOLS} symbols")
+    return [name.upper() for name in names]
+
+
+class ExchangeInfoApi(GatewayApi):
+    """The markets as the real service's exchangeInfo lists its symbols (what ccxt's `load_markets()`
+    reads first): one symbol per convert market customers can use (BTCPHP, ETHUSDT, ...). This
+    service has no spot order book, so no symbol is TRADING: every status is BREAK, `orderTypes` and
+    `filters` are empty, and the assets are exchanged through the convert endpoints. `symbol` or
+    `symbols` (a JSON array) narrows the list; an unknown symbol is -1025."""
+
+    ip_weight = 10
+    http_method_names = ["get", "head"]
+    params_spec = ParamSpec(
+        (
+            Param("symbol", max_length=32, description="One symbol, e.g. BTCPHP (any case)."),
+            Param(
+                "symbols",
+                max_length=4000,
+                description='A JSON array of symbols, brackets percent-encoded: %5B"BTCPHP","ETHUSDT"%5D.',
+            ),
+        ),
+        conflicts=(("symbol", "symbols"),),
+    )
+    response_example = {
+        "timezone": "UTC",
+        "serverTime": 1764000000000,
+        "exchangeFilters": [],
+        "symbols": [
+            {
+                "symbol": "BTCPHP",
+                "status": "BREAK",
+                "baseAsset": "BTC",
+                "baseAssetPrecision": 8,
+                "quoteAsset": "PHP",
+                "quoteAssetPrecision": 2,
+                "orderTypes": [],
+                "filters": [],
+            }
+        ],
+    }
+
+    def get(self, request):
+        symbols = [presenters.exchange_symbol_json(market) for market in selectors.markets_listed()]
+        if self.params["symbol"] is not None:
+            wanted, name = [self.params["symbol"].upper()], "symbol"
+        elif self.params["symbols"] is not None:
+            wanted, name = _symbols_filter(self.params["symbols"]), "symbols"
+        else:
+            wanted, name = None, ""
+        if wanted is not None:
+            by_name = {row["symbol"]: row for row in symbols}
+            unknown = [symbol for symbol in wanted if symbol not in by_name]
+            if unknown:
+                raise ParameterInvalid(name, f"no such symbol: {unknown[0]}")
+            symbols = [by_name[symbol] for symbol in dict.fromkeys(wanted)]
+        return Response({"timezone": "UTC", "serverTime": server_time_ms(), "exchangeFilters": [], "symbols": symbols})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from decimal import Decimal, localcontext
 
-from convert.models import Order, Pair, Quote
+from convert.models import Market, Order, Pair, Quote
 from exchange.api.formatting import millis
 
 
@@ -70,4 +70,20 @@ def order_json(order: Order) -> dict:
         "createdAt": str(millis(order.created_at)),
         "errorCode": order.error_code,
         "errorMessage": order.error_message,
+    }
+
+
+def exchange_symbol_json(market: Market) -> dict:
+    """A market as a symbol of GET /openapi/v1/exchangeInfo. There is no spot order book: the status
+    is BREAK (the real service's "no trading now"), no order type is accepted and there is no order
+    filter; the assets are exchanged through the convert endpoints (docs/api.md, "exchangeInfo")."""
+    return {
+        "symbol": f"{market.base.code}{market.quote.code}",
+        "status": "BREAK",
+        "baseAsset": market.base.code,
+        "baseAssetPrecision": market.base.transfer_precision,
+        "quoteAsset": market.quote.code,
+        "quoteAssetPrecision": market.quote.transfer_precision,
+        "orderTypes": [],
+        "filters": [],
     }

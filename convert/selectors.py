@@ -11,7 +11,7 @@ from django.db.models import Sum
 from accounts import ledger
 from accounts.ledger.models import Balance
 from accounts.models import SystemRole
-from convert.models import Order, Pair
+from convert.models import Market, Order, Pair
 
 
 def pairs_enabled() -> list[Pair]:
@@ -61,3 +61,14 @@ def liquidity_by_asset() -> dict[str, Decimal]:
         .order_by("asset__code")
     )
     return {row["asset__code"]: row["free"] for row in rows}
+
+
+def markets_listed() -> list[Market]:
+    """The markets customers can convert in (at least one enabled pair), by base then quote code:
+    the symbols of GET /openapi/v1/exchangeInfo."""
+    return list(
+        Market.objects.select_related("base", "quote")
+        .filter(pairs__enabled=True)
+        .distinct()
+        .order_by("base__code", "quote__code")
+    )

@@ -83,7 +83,7 @@ RATE_LIMIT_STORAGE_URL = env.str("RATE_LIMIT_STORAGE_URL", default=REDIS_URL or 
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "exchange.dashboard.apps.OperationsAdminConfig",  # django.contrib.admin, home on the dashboard
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

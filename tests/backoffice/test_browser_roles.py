@@ -1,8 +1,9 @@
 """The back office as staff use it: Debian's Chromium, driven by Playwright, against the live
-server. Each role logs in on the login page; Support sees the pages but no action; Treasury approves
-a withdrawal that settles, fills travel-rule data that credits a held deposit, and proposes an
-adjustment that an Administrator confirms (and that the proposer cannot); an Administrator creates
-an API key, sees its secret once, and lifts a ban. Every money result is checked in the ledger.
+server. Each role logs in on the login page and lands on the dashboard (the model index one click
+away); Support sees the pages but no action; Treasury approves a withdrawal that settles, fills
+travel-rule data that credits a held deposit, and proposes an adjustment that an Administrator
+confirms (and that the proposer cannot); an Administrator creates an API key, sees its secret once,
+and lifts a ban. Every money result is checked in the ledger.
 Screenshots go to var/artifacts/ (not committed)."""
 
 from __future__ import annotations
@@ -37,11 +38,21 @@ def _login(page, live_server, role: str):
 
 
 @pytest.mark.parametrize("role", ROLES)
-def test_each_role_logs_in_and_sees_the_admin(page, live_server, role):
+def test_each_role_lands_on_the_dashboard_with_the_models_one_click_away(page, live_server, role):
     member = _login(page, live_server, role)
+    # The first page after login (issue 26): the dashboard, what is wrong and what waits for a person.
     assert page.url.rstrip("/").endswith("/admin")
     assert member.email.upper() in page.inner_text("#user-tools").upper()
-    screenshot(page, f"admin-index-{role.lower()}")
+    assert page.locator("#dashboard #ledger-check").count() == 1
+    assert page.locator("#dashboard #queues").count() == 1
+    screenshot(page, f"first-page-{role.lower()}")
+    # Django's model index, one click away.
+    page.click("#all-models")
+    page.wait_for_load_state()
+    assert page.url.rstrip("/").endswith("/admin/models")
+    assert page.locator("#content-main .app-wallet").count() == 1
+    assert page.locator("#backoffice-links a:text('Dashboard')").count() == 1  # and back
+    screenshot(page, f"models-{role.lower()}")
     # Every role reads withdrawals; the audit trail is readable too.
     page.goto(f"{live_server.url}{WITHDRAWALS}")
     assert page.locator("#changelist").count() == 1

@@ -318,8 +318,26 @@ def test_only_staff_with_view_access_see_it(make_user, support):
     assert bare_staff.get(DASHBOARD).status_code == 403
 
 
-def test_the_admin_index_links_the_dashboard_first(support):
-    html = support.get(reverse("admin:index")).content.decode()
+def test_the_home_is_the_dashboard_with_the_model_index_one_click_away(support, make_user):
+    # Issue 26: staff land on the dashboard (admin:index, where the login sends them), not on
+    # Django's model index, which is linked from it.
+    home = support.get(reverse("admin:index"))
+    assert home.status_code == 200
+    html = home.content.decode()
+    assert 'id="dashboard"' in html
+    assert 'id="ledger-check"' in html
+    assert 'id="queues"' in html
+    assert f'id="all-models" href="{reverse("admin:models")}"' in html
+    # Staff without the dashboard's permission get the model index as their home, not a 403.
+    bare_staff = logged_in(make_user(is_staff=True))
+    bare = bare_staff.get(reverse("admin:index"))
+    assert bare.status_code == 200
+    assert 'id="dashboard"' not in bare.content.decode()
+
+
+def test_the_model_index_links_the_dashboard_first(support):
+    html = support.get(reverse("admin:models")).content.decode()
+    assert 'id="dashboard"' not in html
     assert html.index(DASHBOARD) < html.index("/admin/accounts/")
     assert reverse("backoffice:customer") in html
 

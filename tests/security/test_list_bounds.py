@@ -48,6 +48,7 @@ UNPAGED = {
     "v1/time": "one value",
     "v1/check-sys-status": "one row per business type (fixed set)",
     "v1/user/ip": "one value",
+    "v1/exchangeInfo": "one symbol per convert market (configured by staff)",
     "v1/api-keys": "the caller's own keys, created by staff only (no API creates keys)",
     "v1/account": "one account, one balance per asset (assets are configured by staff)",
     "account/v3/crypto-accounts": "one per asset (configured by staff)",

@@ -1,0 +1,82 @@
+"""GET /openapi/v1/exchangeInfo (issue 26): the real service's shape, one symbol per convert market
+customers can use, none TRADING (there is no spot order book), the `symbol`/`symbols` filters,
+weight 10 to the IP, open (no key)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from convert.models import Pair
+from tests.support.assertions import assert_error
+
+pytestmark = pytest.mark.django_db
+
+INFO = "/openapi/v1/exchangeInfo"
+DEMO_SYMBOLS = ["BTCPHP", "BTCUSDT", "ETHUSDT", "USDTPHP"]
+
+
+def _symbols(response) -> list[str]:
+    assert response.status_code == 200, response.content
+    return [row["symbol"] for row in response.json()["symbols"]]
+
+
+def test_the_real_services_shape_with_no_symbol_trading(client, convert_world):
+    before = int(time.time() * 1000)
+    response = client.get(INFO)
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"timezone", "serverTime", "exchangeFilters", "symbols"}
+    assert body["timezone"] == "UTC"
+    assert type(body["serverTime"]) is int
+    assert body["serverTime"] >= before - 2000
+    assert body["exchangeFilters"] == []
+    assert [row["symbol"] for row in body["symbols"]] == DEMO_SYMBOLS
+    btc_php = body["symbols"][0]
+    assert btc_php == {
+        "symbol": "BTCPHP",
+        "status": "BREAK",
+        "baseAsset": "BTC",
+        "baseAssetPrecision": btc_php["baseAssetPrecision"],
+        "quoteAsset": "PHP",
+        "quoteAssetPrecision": btc_php["quoteAssetPrecision"],
+        "orderTypes": [],
+        "filters": [],
+    }
+    assert all(row["status"] != "TRADING" for row in body["symbols"])
+    assert response["X-SERVICE-USED-WEIGHT-1M"] == "10"
+
+
+def test_a_market_without_an_enabled_pair_is_not_listed(client, convert_world):
+    Pair.objects.filter(market__base__code="ETH", market__quote__code="USDT").update(enabled=False)
+    assert "ETHUSDT" not in _symbols(client.get(INFO))
+    Pair.objects.filter(source__code="USDT", target__code="ETH").update(enabled=True)  # one way is enough
+    assert "ETHUSDT" in _symbols(client.get(INFO))
+
+
+def test_symbol_and_symbols_filter_the_list(client, convert_world):
+    assert _symbols(client.get(INFO, {"symbol": "ETHUSDT"})) == ["ETHUSDT"]
+    assert _symbols(client.get(INFO, {"symbol": "btcphp"})) == ["BTCPHP"]  # any case
+    # As ccxt and the real service's documentation send it: a JSON array, brackets percent-encoded.
+    assert _symbols(client.get(f'{INFO}?symbols=%5B"USDTPHP","BTCPHP"%5D')) == ["USDTPHP", "BTCPHP"]
+    assert _symbols(client.get(f"{INFO}?symbols=%5B%22BTCUSDT%22%5D")) == ["BTCUSDT"]
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "part"),
+    [
+        ("symbol=DOGEPHP", -1025, "no such symbol: DOGEPHP"),
+        ('symbols=%5B"BTCPHP","DOGEPHP"%5D', -1025, "no such symbol: DOGEPHP"),
+        ("symbols=BTCPHP", -1025, "JSON array"),
+        ("symbols=%5B%5D", -1025, "JSON array"),
+        ("symbols=%5B1%5D", -1025, "JSON array"),
+        ('symbol=BTCPHP&symbols=%5B"BTCPHP"%5D', -1107, "symbol, symbols"),
+    ],
+)
+def test_bad_filters_are_refused_with_the_envelope(client, convert_world, query, code, part):
+    assert_error(client.get(f"{INFO}?{query}"), code, 400, part)
+
+
+def test_only_get(client, convert_world):
+    assert_error(client.post(INFO), -1010, 405)
