@@ -58,7 +58,7 @@ def recreate_database(env: dict[str, str]) -> None:
     )
     subprocess.run([PYTHON, "-c", code], check=True)
     subprocess.run(
-        # Emptied, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit.py).
+        # Emptied, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit/replay.py).
         [
             PYTHON,
             "-c",

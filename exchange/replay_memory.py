@@ -1,4 +1,4 @@
-"""The replay memory's bookkeeping keys in the rate-limit storage (exchange/api/ratelimit.py), here
+"""The replay memory's bookkeeping keys in the rate-limit storage (exchange/api/ratelimit/), here
 without Django so that tests, benchmarks and the chaos script can declare an emptied storage
 complete the same way the service does."""
 

@@ -1,4 +1,4 @@
-"""Writes owned by the exchange app: business status (rate-limit bans: exchange/api/ratelimit.py)
+"""Writes owned by the exchange app: business status (rate-limit bans: exchange/api/ratelimit/bans.py)
 and the staff audit trail (`staff_action`)."""
 
 from __future__ import annotations

@@ -499,7 +499,7 @@ class PrivateStack:
         self.pg.create_database(database)
         self.redis = PrivateRedis(base, free_port())
         self.redis.start()
-        # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit.py).
+        # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit/replay.py).
         declare_complete(self.redis.client())
         self.port = free_block()
         self.run_dir = base / "stack"

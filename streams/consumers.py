@@ -7,7 +7,7 @@ closes when its first key expires or is closed, and after 24 hours; a further ke
 dropped from the connection. Daphne pings idle clients and drops those that do not answer
 (--ping-interval / --ping-timeout).
 
-Events come from the process's hub (hub.py), which receives each account's messages once for all
+Events come from the process's hub (hub/), which receives each account's messages once for all
 the process's connections, keeps their order and builds their frames; a connection keeps an outbox
 of frames that its own sender task writes out. A connection whose outbox holds more than
 STREAM_MAX_PENDING_FRAMES frames is closed (4006: too slow, reconnect and resync) rather than

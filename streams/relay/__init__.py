@@ -9,7 +9,7 @@
   process in the embedded default).
 - The change feed (`feed`): the messages both send, the rows a server's hub fills a gap with, the
   rows nobody published, and the marks.
-- Order: every row carries its per-account sequence; each server process's hub (streams/hub.py)
+- Order: every row carries its per-account sequence; each server process's hub (streams/hub/)
   drops what it has already dispatched, holds rows that arrive ahead of a missing one for
   STREAM_GAP_WAIT_SECONDS (another process's publisher may be sending it) and reads from the
   database only what has not come by then, so duplicates and reordering between batches, between

@@ -250,7 +250,7 @@ def test_storage_down_refuses_signed_writes_and_serves_reads(master, make_key, m
     take = ratelimit.Counters.take
     monkeypatch.setattr(ratelimit.Counters, "take", down)
     outage = Outage(ratelimit.logger, ratelimit.STORAGE_OUTAGE.what, settle=0.0)  # none logged yet in this test
-    monkeypatch.setattr(ratelimit, "STORAGE_OUTAGE", outage)
+    monkeypatch.setattr(ratelimit.charging, "STORAGE_OUTAGE", outage)  # where charge() reads it
     stamp = now_ms()
     for _ in range(2):
         response = _same_write(client, stamp)

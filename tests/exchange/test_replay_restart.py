@@ -1,4 +1,4 @@
-"""Replay memory across a Redis restart that kept its data (exchange/api/ratelimit.RestartWatch).
+"""Replay memory across a Redis restart that kept its data (exchange/api/ratelimit/replay.py, RestartWatch).
 
 With persistence (AOF every second, as a Redis holding queues runs) or a replica promoted, the
 storage comes back with its memory epoch but may have lost the last signatures it remembered: a
@@ -19,8 +19,8 @@ from exchange.api.ratelimit import (
     STORAGE_ERRORS,
     Counters,
     RestartWatch,
-    _storage_for,
 )
+from exchange.api.ratelimit.storage import _storage_for
 from scripts.chaos import PrivateRedis, free_port
 
 SIGNED_WRITE = {"ip_limit": 1000, "uid_limit": 1000, "signature_seconds": 60}

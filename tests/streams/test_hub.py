@@ -1,4 +1,4 @@
-"""The process's fan-out hub (streams/hub.py) on the real PostgreSQL and Redis: one busy account whose
+"""The process's fan-out hub (streams/hub/) on the real PostgreSQL and Redis: one busy account whose
 postings two publishers send (as two REST processes do), many connections on one listenKey, a real
 gap, a connection too slow to take its frames, and connections that join, subscribe and listen
 twice while the account is busy."""
@@ -22,9 +22,8 @@ from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from streams import consumers, relay, services, watcher
-from streams import hub as hub_module
 from streams.consumers import UserDataConsumer
-from streams.hub import hub_for
+from streams.hub import frames, hub_for, ordering
 from streams.relay import Publisher, fast_path
 from streams.services import key_group
 from streams.store import store
@@ -217,13 +216,13 @@ async def test_fifty_connections_on_one_key_cost_one_copy_per_process(master, as
     process's hub channel; each message arrives once and each posting's events are built once; every
     connection gets every event. When they are gone the hub leaves the groups."""
     built = []
-    build_events = hub_module.build_events
+    build_events = frames.build_events
 
     def counted(rows, **kwargs):
         built.append(rows[0]["seq"])
         return build_events(rows, **kwargs)
 
-    monkeypatch.setattr(hub_module, "build_events", counted)
+    monkeypatch.setattr(frames, "build_events", counted)
     key = await key_of(master)
     layer = get_channel_layer()
     client = redis.Redis.from_url(settings.REDIS_URL)
@@ -359,7 +358,7 @@ async def _join_while_busy(
     return wanted, got, ws
 
 
-@pytest.mark.parametrize(("history", "replays"), [(hub_module.HISTORY_POSTINGS, 0), (4, 1)])
+@pytest.mark.parametrize(("history", "replays"), [(ordering.HISTORY_POSTINGS, 0), (4, 1)])
 async def test_a_connection_joining_a_busy_account_starts_exactly_at_its_read(
     master, assets, monkeypatch, history, replays
 ):
@@ -367,7 +366,7 @@ async def test_a_connection_joining_a_busy_account_starts_exactly_at_its_read(
     the sequence (slowly), starts there: the postings dispatched between its registration and its
     start come from the feed's recent postings, or, when those do not reach back so far, from one
     read of the database."""
-    monkeypatch.setattr(hub_module, "HISTORY_POSTINGS", history)
+    monkeypatch.setattr(ordering, "HISTORY_POSTINGS", history)
     await sync_to_async(ledger.system_account_id)(SystemRole.WORLD)
     key = await key_of(master)
     first = await open_ws(key)

@@ -69,7 +69,7 @@ def manage(env: dict[str, str], *args: str, check: bool = True) -> subprocess.Co
 
 def flush_redis(url: str) -> None:
     """Empty the stack's Redis database. Emptied, it has seen no signature: its replay memory is
-    declared complete (exchange/api/ratelimit.py), so the first signed writes are not refused."""
+    declared complete (exchange/api/ratelimit/replay.py), so the first signed writes are not refused."""
     import redis
 
     from exchange.replay_memory import declare_complete

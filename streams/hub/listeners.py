@@ -1,0 +1,246 @@
+"""The listener registry: connections register their listenKeys (and accounts), start at the
+sequences they read, drop keys; each posting goes to the connections that listen to its account (own
+view or a whitelisted master's), once, in order, from the feed's history or a database replay."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from channels.db import database_sync_to_async
+
+from streams import relay
+from streams.hub.accounts import AccountInfo, Read
+from streams.hub.frames import Posting, postings_of
+from streams.hub.ordering import Feed
+from streams.services import key_group
+
+logger = logging.getLogger(__package__)  # streams.hub, as before the split
+
+
+@dataclass(eq=False)
+class Listener:
+    """One connection as the hub sees it. `push` takes a posting's frames for the connection's
+    outbox; `key_closed(key, message)` is told, after the hub detached the key, that it was closed;
+    `failed()` that the hub could not give it what it needs (it should close)."""
+
+    push: Callable[[list[str]], None]
+    key_closed: Callable[[str, dict], None]
+    failed: Callable[[], None]
+    keys: dict[str, int] = field(default_factory=dict)  # listenKey -> its account
+    own: dict[int, int] = field(default_factory=dict)  # account -> how many of its keys
+    active: set[int] = field(default_factory=set)  # own accounts whose start is known
+    sent: dict[int, int] = field(default_factory=dict)  # account -> last sequence given (or start)
+    held: dict[int, list[Posting]] = field(default_factory=dict)  # account -> while a replay is read
+    gone: bool = False
+
+
+class ListenersMixin:
+    """The Hub's connections side; `key_listeners`, `own_listeners` are set up in Hub.__init__
+    (streams/hub/__init__.py)."""
+
+    key_listeners: dict[str, set[Listener]]
+    own_listeners: dict[int, set[Listener]]
+    feeds: dict[int, Feed]
+    info: dict[int, AccountInfo]
+    replays: int
+
+    # --- registration (called by the connections) ----------------------------------------------
+
+    def add_keys(self, listener: Listener, owners: dict[str, int]) -> tuple[list[str], list[int]]:
+        """Register listenKeys (and their accounts) for a connection. Returns the groups to await
+        (`joined`) before reading the new accounts' sequences, and those accounts."""
+        groups, accounts = [], []
+        for key, account in owners.items():
+            if key in listener.keys:
+                continue
+            listener.keys[key] = account
+            self.key_listeners.setdefault(key, set()).add(listener)
+            groups.append(self._ref(key_group(key), +1))
+            count = listener.own.get(account, 0)
+            listener.own[account] = count + 1
+            if count == 0:
+                accounts.append(account)
+                self.interest[account] = self.interest.get(account, 0) + 1
+                groups.append(self._ref(relay.account_group(account), +1))
+                self._feed(account)  # holds the account's rows until a connection starts on it
+        self._ensure_receiving()
+        return groups, accounts
+
+    async def joined(self, groups: list[str]) -> None:
+        """Until the hub's channel is in these groups (raises what joining raised)."""
+        for group in groups:
+            while group in self.refs and group not in self.members:
+                task = self.reconciling.get(group) or self._reconcile_soon(group)
+                await asyncio.shield(task)
+
+    def start(self, listener: Listener, read: Read) -> None:
+        """A connection's accounts start at the sequences it read (after registering)."""
+        if listener.gone:
+            return
+        started = []
+        for account in read.seqs:
+            if account in listener.own and account not in listener.active:
+                listener.active.add(account)
+                self.own_listeners.setdefault(account, set()).add(listener)
+                started.append(account)
+        for account, info in read.infos.items():
+            self._learn(account, info)
+        for account in started:
+            self._attach(listener, account, read.seqs[account])
+        for sub, master in read.subs.items():
+            if master in listener.active and sub not in listener.own:
+                self._attach(listener, sub, read.seqs[sub])
+
+    def drop_key(self, listener: Listener, key: str) -> None:
+        account = listener.keys.pop(key, None)
+        if account is None:
+            return
+        listeners = self.key_listeners.get(key)
+        if listeners is not None:
+            listeners.discard(listener)
+            if not listeners:
+                del self.key_listeners[key]
+        self._ref(key_group(key), -1)
+        count = listener.own[account] - 1
+        if count:
+            listener.own[account] = count
+            return
+        del listener.own[account]
+        self._ref(relay.account_group(account), -1)
+        self._uninterest(account)
+        if account in listener.active:
+            listener.active.discard(account)
+            self.own_listeners[account].discard(listener)
+            if not self.own_listeners[account]:
+                del self.own_listeners[account]
+        for watched in list(listener.sent):
+            if not self._listens(listener, watched):
+                listener.sent.pop(watched, None)
+                listener.held.pop(watched, None)
+        self._forget_unwanted([account, *self.subs_of.get(account, ())])
+
+    def drop_all(self, listener: Listener) -> None:
+        """The connection goes (or is cut off): nothing more is given to it."""
+        listener.gone = True
+        for key in list(listener.keys):
+            self.drop_key(listener, key)
+
+    async def settle(self) -> None:
+        """After a connection let go: wait for the hub's group changes, and stop receiving when
+        no connection is left."""
+        for task in list(self.reconciling.values()):
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+        if self.refs or self.reconciling:
+            return
+        for feed in self.feeds.values():
+            feed.stop()
+        self.feeds.clear()
+        for task in [*self.tasks, self.refresher]:
+            if task is not None:
+                task.cancel()
+        receiver, self.receiver = self.receiver, None
+        if receiver is not None:
+            # Not awaited: channels_redis may take until its blocking read times out to let go of
+            # a cancelled receive (as with the consumers' own receives, which nobody awaits either).
+            receiver.cancel()
+
+    def _on_key_closed(self, message: dict) -> None:
+        key = message.get("key")
+        for listener in list(self.key_listeners.get(key, ())):
+            listener.key_closed(key, message)
+
+    def _dispatch(self, feed: Feed, rows: list[dict]) -> None:
+        postings = postings_of(rows)
+        for posting in postings:
+            feed.last = posting.last
+            feed.remember(posting)
+        for listener in self._audience(feed.account):
+            for posting in postings:
+                if listener.gone:
+                    break
+                self._deliver(listener, feed, posting)
+
+    def _audience(self, account: int) -> list[Listener]:
+        listeners = list(self.own_listeners.get(account, ()))
+        info = self.info.get(account)
+        if info is not None and info.whitelisted and info.master is not None:
+            listeners += [
+                listener for listener in self.own_listeners.get(info.master, ()) if account not in listener.active
+            ]
+        return listeners
+
+    def _listens(self, listener: Listener, account: int) -> bool:
+        if account in listener.active:
+            return True
+        info = self.info.get(account)
+        return info is not None and info.whitelisted and info.master in listener.active
+
+    def _deliver(self, listener: Listener, feed: Feed, posting: Posting) -> None:
+        account = feed.account
+        sent = listener.sent.get(account)
+        if sent is None:
+            # A master's connection hears of a sub-account it did not read (created since, or the
+            # master whitelisted since): a feed the hub discovered from the start it chose (a new
+            # sub-account: its first sequence), any other from this posting on.
+            self._attach(listener, account, feed.anchor if feed.discovered else posting.first - 1)
+            return
+        if posting.last <= sent:
+            return
+        held = listener.held.get(account)
+        if held is not None:
+            held.append(posting)
+            return
+        listener.sent[account] = posting.last
+        listener.push(posting.frames(self._view(listener, feed)))
+
+    def _view(self, listener: Listener, feed: Feed) -> str | None:
+        if feed.account in listener.own:
+            return None
+        info = self.info.get(feed.account)
+        return feed.email or (info.email if info is not None else "") or None
+
+    def _attach(self, listener: Listener, account: int, start: int) -> None:
+        """The connection starts on the account at `start`: it is given every posting after it."""
+        if account in listener.sent or listener.gone:
+            return  # already given this account's events (another view, another key): go on from there
+        feed = self._feed(account)
+        listener.sent[account] = start
+        if feed.last is None:
+            if not feed.resolving:
+                self._begin(feed, start)
+            return
+        if start >= feed.last:
+            return
+        history = feed.history
+        if history and history[0].first <= start + 1:
+            for posting in history:
+                if listener.gone:
+                    return
+                self._deliver(listener, feed, posting)
+            return
+        listener.held[account] = []
+        self._spawn(self._replay(listener, feed, start, feed.last))
+
+    async def _replay(self, listener: Listener, feed: Feed, start: int, upto: int) -> None:
+        """A connection started further back than the feed's history reaches."""
+        account = feed.account
+        try:
+            rows = await database_sync_to_async(relay.rows_between)(account, start + 1, upto)
+        except Exception:
+            logger.exception("Could not read account %s's rows %s-%s for a connection", account, start + 1, upto)
+            listener.held.pop(account, None)
+            listener.failed()
+            return
+        self.replays += 1
+        held = listener.held.pop(account, None)
+        if held is None or listener.gone:
+            return  # no longer listened to
+        for posting in [*postings_of(rows), *held] if rows else held:
+            if listener.gone:
+                return
+            self._deliver(listener, feed, posting)

@@ -1,0 +1,191 @@
+"""Per-account sequence order: a `Feed` per account (last sequence dispatched, rows that arrived
+ahead, recent postings), the wait for a missing sequence and the gap fill from the database."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from streams import relay
+from streams.hub.channel import RETRY_SECONDS, cancelling
+from streams.hub.frames import Posting
+
+logger = logging.getLogger(__package__)  # streams.hub, as before the split
+
+# Default of the setting (exchange/settings/base.py, docs/streams.md), for settings modules without it.
+GAP_WAIT_SECONDS = 0.2
+# Recent postings kept per account to start a new connection where it should without a query: at
+# most this many, dispatched within HISTORY_SECONDS (registering, reading and starting take ms).
+HISTORY_POSTINGS = 256
+HISTORY_SECONDS = 5.0
+
+
+def gap_wait_seconds() -> float:
+    return getattr(settings, "STREAM_GAP_WAIT_SECONDS", GAP_WAIT_SECONDS)
+
+
+class Feed:
+    """One account's events in this process, in sequence order."""
+
+    def __init__(self, account: int) -> None:
+        self.account = account
+        self.last: int | None = None  # the last sequence dispatched; None until the feed starts
+        self.anchor: int | None = None  # where it started
+        self.ahead: dict[int, dict] = {}  # rows that arrived beyond last + 1, by sequence
+        self.behind_to = 0  # the account's sequence as the watcher last saw it committed
+        self.history: deque[Posting] = deque(maxlen=HISTORY_POSTINGS)
+        self.progress_at = time.monotonic()  # when the feed last moved on (or started waiting)
+        self.first_arrival: float | None = None
+        self.email: str | None = None  # from the relay's messages
+        self.timer: asyncio.TimerHandle | None = None
+        self.filling: asyncio.Task | None = None
+        self.resolving = False  # first heard of in a message: finding out who listens
+        self.discovered = False  # started by the hub itself (a sub-account nobody here had read)
+
+    def behind(self) -> bool:
+        return self.last is not None and (bool(self.ahead) or self.behind_to > self.last)
+
+    def remember(self, posting: Posting) -> None:
+        history = self.history
+        history.append(posting)
+        while history and history[0].at < posting.at - HISTORY_SECONDS:
+            history.popleft()
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.filling is not None:
+            self.filling.cancel()
+            self.filling = None
+
+
+class OrderingMixin:
+    """The Hub's ordering side; `feeds` is set up in Hub.__init__ (streams/hub/__init__.py)."""
+
+    loop: asyncio.AbstractEventLoop
+    feeds: dict[int, Feed]
+    messages: int
+    waits: int
+    fills: int
+
+    def catch_up(self, seqs: dict[int, int]) -> None:
+        """The watcher read the accounts' committed sequences: a feed behind them waits
+        STREAM_GAP_WAIT_SECONDS for the rows in flight, then reads the rest."""
+        for account, seq in seqs.items():
+            feed = self.feeds.get(account)
+            if feed is not None and feed.last is not None and seq > max(feed.last, feed.behind_to):
+                feed.behind_to = seq
+                if feed.timer is None and feed.filling is None:
+                    feed.progress_at = time.monotonic()  # rows in flight: give them the gap's wait
+                self._advance(feed)
+
+    def followed(self) -> list[int]:
+        """The accounts whose feeds have started (for the watcher's catch-up)."""
+        return [account for account, feed in self.feeds.items() if feed.last is not None]
+
+    def _on_changes(self, message: dict) -> None:
+        self.messages += 1
+        account = message["account"]
+        feed = self.feeds.get(account)
+        if feed is None:
+            if not self._may_want(account):
+                return  # nobody here listens (a key closed while this was in flight)
+            feed = self._feed(account)
+            feed.resolving = True
+            self._spawn(self._resolve(feed))
+        if message.get("email"):
+            feed.email = message["email"]
+        last = feed.last
+        for row in message["rows"]:
+            seq = row["seq"]
+            if last is None or seq > last:
+                feed.ahead.setdefault(seq, row)
+        if feed.first_arrival is None:
+            feed.first_arrival = time.monotonic()
+        self._advance(feed)
+        info = self.info.get(account)
+        if info is not None and info.expires < time.monotonic() and self.interest.get(info.master):
+            self._refresh_info(account)
+
+    # --- feeds -----------------------------------------------------------------------------------
+
+    def _feed(self, account: int) -> Feed:
+        feed = self.feeds.get(account)
+        if feed is None:
+            feed = self.feeds[account] = Feed(account)
+        return feed
+
+    def _begin(self, feed: Feed, start: int) -> None:
+        feed.last = feed.anchor = start
+        for seq in [seq for seq in feed.ahead if seq <= start]:
+            del feed.ahead[seq]
+        feed.progress_at = time.monotonic()
+        self._advance(feed)
+
+    def _advance(self, feed: Feed) -> None:
+        """Dispatch what follows the last sequence; wait for (or read) what is missing."""
+        if feed.last is None:
+            return
+        run, seq = [], feed.last + 1
+        while seq in feed.ahead:
+            run.append(feed.ahead.pop(seq))
+            seq += 1
+        if run:
+            feed.progress_at = time.monotonic()
+            self._dispatch(feed, run)
+        if feed.behind():
+            if feed.timer is None and feed.filling is None:
+                self.waits += 1
+                wait = max(0.0, feed.progress_at + gap_wait_seconds() - time.monotonic())
+                feed.timer = self.loop.call_later(wait, self._gap_due, feed)
+        elif feed.timer is not None:
+            feed.timer.cancel()
+            feed.timer = None
+
+    def _gap_due(self, feed: Feed) -> None:
+        feed.timer = None
+        if self.feeds.get(feed.account) is not feed or feed.filling is not None or not feed.behind():
+            return
+        due = feed.progress_at + gap_wait_seconds()
+        if time.monotonic() < due:  # it moved on meanwhile: wait for the rest from then
+            feed.timer = self.loop.call_later(due - time.monotonic(), self._gap_due, feed)
+            return
+        feed.filling = self._spawn(self._fill(feed))
+
+    async def _fill(self, feed: Feed) -> None:
+        """A real gap (or the watcher's catch-up): read the missing rows, once for the account."""
+        first = feed.last + 1
+        upto = max(max(feed.ahead, default=0), feed.behind_to)
+        try:
+            rows = await database_sync_to_async(relay.rows_between)(feed.account, first, upto)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if cancelling():
+                raise
+            logger.exception("Could not read account %s's rows %s-%s; retrying", feed.account, first, upto)
+            feed.filling = None
+            feed.progress_at = time.monotonic() + RETRY_SECONDS - gap_wait_seconds()
+            self._advance(feed)
+            return
+        feed.filling = None
+        if self.feeds.get(feed.account) is not feed:
+            return
+        self.fills += 1
+        for row in rows:
+            if row["seq"] > feed.last:
+                feed.ahead[row["seq"]] = row
+        if feed.ahead and feed.last + 1 not in feed.ahead:
+            # Not in the database either (it cannot be: sequences have no holes): skip it rather
+            # than read it again and again.
+            logger.error("Account %s's rows %s-%s are missing from the change feed", feed.account, first, upto)
+            feed.last = min(feed.ahead) - 1
+        feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
+        feed.progress_at = time.monotonic()
+        self._advance(feed)
