@@ -28,10 +28,10 @@ from django.utils import timezone
 from accounts import ledger, policy
 from accounts import services as account_services
 from accounts.errors import AccountMayNotSend
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.amounts import decimal_places
 from accounts.ledger.models import Asset, Balance, BusinessType, LedgerAccount
 from accounts.models import ApiKey, User
-from exchange.api.errors import InsufficientBalance
 from exchange.ttlcache import TtlCache
 from subaccounts import addresses, errors
 from subaccounts.models import (
