@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 
@@ -271,12 +272,23 @@ def withdrawal_apply(
     return withdrawal
 
 
-def _enqueue_after_commit(withdrawal_id: int) -> None:
-    from wallet.tasks import withdrawal_process_task
+# Hands a committed withdrawal's id to a worker. wallet/tasks.py sets it when it loads (the app's
+# ready() imports it), so that this module does not import the task that imports it.
+_worker: Callable[[int], object] | None = None
 
+
+def set_worker(hand_over: Callable[[int], object]) -> None:
+    global _worker
+    _worker = hand_over
+
+
+def _enqueue_after_commit(withdrawal_id: int) -> None:
+    hand_over = _worker
+    if hand_over is None:
+        raise RuntimeError("wallet.tasks is not loaded: no worker to hand withdrawals to")
     # robust: if the broker is down the withdrawal still stands (it is committed and held);
     # wallet.retry_stuck_withdrawals hands it to a worker later.
-    transaction.on_commit(lambda: withdrawal_process_task.delay(withdrawal_id), robust=True)
+    transaction.on_commit(lambda: hand_over(withdrawal_id), robust=True)
 
 
 def _transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> bool:
