@@ -59,8 +59,8 @@ def fund_collection_create(*, master: User, client_request_id: str, remark: str 
     return collection
 
 
-# Hands a committed task's id to a worker. subaccounts/tasks.py sets it when it loads (the app's
-# ready() imports it), so that this module does not import the task that imports it.
+# Set by subaccounts/tasks.py when it loads (the app's ready() imports it): hands a committed task
+# to a worker without this module importing the task that imports it.
 _worker: Callable[[int], object] | None = None
 
 
@@ -70,8 +70,7 @@ def set_worker(hand_over: Callable[[int], object]) -> None:
 
 
 def _enqueue_collection_after_commit(collection_id: int) -> None:
-    hand_over = _worker
-    if hand_over is None:
+    if (hand_over := _worker) is None:
         raise RuntimeError("subaccounts.tasks is not loaded: no worker to hand fund collections to")
     # robust: with the broker down the task stays INIT; fund_collections_retry_stuck hands it over later.
     transaction.on_commit(lambda: hand_over(collection_id), robust=True)

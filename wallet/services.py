@@ -272,8 +272,8 @@ def withdrawal_apply(
     return withdrawal
 
 
-# Hands a committed withdrawal's id to a worker. wallet/tasks.py sets it when it loads (the app's
-# ready() imports it), so that this module does not import the task that imports it.
+# Set by wallet/tasks.py when it loads (the app's ready() imports it): hands a committed withdrawal
+# to a worker without this module importing the task that imports it.
 _worker: Callable[[int], object] | None = None
 
 
@@ -283,11 +283,9 @@ def set_worker(hand_over: Callable[[int], object]) -> None:
 
 
 def _enqueue_after_commit(withdrawal_id: int) -> None:
-    hand_over = _worker
-    if hand_over is None:
+    if (hand_over := _worker) is None:
         raise RuntimeError("wallet.tasks is not loaded: no worker to hand withdrawals to")
-    # robust: if the broker is down the withdrawal still stands (it is committed and held);
-    # wallet.retry_stuck_withdrawals hands it to a worker later.
+    # robust: with the broker down the withdrawal stands (committed, held); retry_stuck hands it over.
     transaction.on_commit(lambda: hand_over(withdrawal_id), robust=True)
 
 
