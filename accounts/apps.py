@@ -27,10 +27,14 @@ class AccountsConfig(AppConfig):
 
     def ready(self) -> None:
         from accounts import controls
+        from accounts.ledger import errors as ledger_errors
         from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
+        from exchange.api import errors
         from exchange.ttlcache import clear_all
 
         controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
+        # The ledger's refusals are its own; the gateway answers them with its code table's rows.
+        errors.answer_as(ledger_errors.InsufficientBalance, errors.InsufficientBalance)
 
         # Cache invalidation, not business logic: any saved change to a key or an account (admin,
         # services, shell) evicts the gateway's cached keyring of that account.

@@ -31,12 +31,13 @@ from django.utils import timezone
 
 from accounts import ledger, policy
 from accounts.errors import AccountMayNotSend
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Balance, BusinessType, Posting
 from accounts.models import SystemRole, User
 from convert import errors, prices
 from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
 from convert.prices import customer_price
-from exchange.api.errors import Disconnected, InsufficientBalance
+from exchange.api.errors import Disconnected
 from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
 from exchange.selectors import business_is_on
 

@@ -21,7 +21,8 @@ import contextlib
 import logging
 import time
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -31,8 +32,17 @@ from exchange.outage import Outage
 from streams import hub, relay
 from streams.store import Lease, connection_lease_seconds, store
 
-if TYPE_CHECKING:
-    from streams.consumers import UserDataConsumer
+
+class Watched(Protocol):
+    """What the watcher uses of a connection (streams/consumers.py's UserDataConsumer, which
+    imports this module: the watcher names no consumer class)."""
+
+    primary: str  # the listenKey in the connection's URL
+    keys: Mapping[str, int]  # listenKey -> account
+    lease: Lease | None
+
+    async def key_dead(self, key: str) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 # While Redis or the database is away these fail at every check: logged once, then every 10 s.
@@ -76,17 +86,17 @@ def _renew_and_look_up(
 class KeyWatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.consumers: set[UserDataConsumer] = set()
-        self.visits: dict[UserDataConsumer, asyncio.Task] = {}
+        self.consumers: set[Watched] = set()
+        self.visits: dict[Watched, asyncio.Task] = {}
         self.task: asyncio.Task | None = None
         self.renewed_at = time.monotonic()  # new connections' leases are fresh
 
-    def add(self, consumer: UserDataConsumer) -> None:
+    def add(self, consumer: Watched) -> None:
         self.consumers.add(consumer)
         if self.task is None or self.task.done():
             self.task = self.loop.create_task(self._run())
 
-    def discard(self, consumer: UserDataConsumer) -> None:
+    def discard(self, consumer: Watched) -> None:
         self.consumers.discard(consumer)
         visit = self.visits.pop(consumer, None)
         if visit is not None and visit is not asyncio.current_task():
@@ -141,7 +151,7 @@ class KeyWatcher:
             if dead:
                 self.visits[consumer] = self.loop.create_task(self._visit(consumer, dead))
 
-    async def _visit(self, consumer: UserDataConsumer, dead: list[str]) -> None:
+    async def _visit(self, consumer: Watched, dead: list[str]) -> None:
         try:
             if consumer.primary in dead:
                 await consumer.key_dead(consumer.primary)
@@ -157,7 +167,7 @@ class KeyWatcher:
 _watchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, KeyWatcher] = weakref.WeakKeyDictionary()
 
 
-def watch(consumer: UserDataConsumer) -> None:
+def watch(consumer: Watched) -> None:
     """In the server's event loop: check this connection's keys with all the others."""
     loop = asyncio.get_running_loop()
     watcher = _watchers.get(loop)
@@ -166,7 +176,7 @@ def watch(consumer: UserDataConsumer) -> None:
     watcher.add(consumer)
 
 
-def unwatch(consumer: UserDataConsumer) -> None:
+def unwatch(consumer: Watched) -> None:
     with contextlib.suppress(RuntimeError):  # no running loop: nothing was watched from here
         watcher = _watchers.get(asyncio.get_running_loop())
         if watcher is not None:

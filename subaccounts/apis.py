@@ -13,7 +13,7 @@ from exchange.api.auth import Security
 from exchange.api.params import Param, ParamSpec, check_skip
 from exchange.api.timewindow import window
 from exchange.api.views import GatewayApi
-from subaccounts import presenters, selectors, services
+from subaccounts import collection, presenters, selectors, services
 from wallet import presenters as wallet_presenters
 from wallet import selectors as wallet_selectors
 from wallet import services as wallet_services
@@ -442,10 +442,10 @@ class FundCollectApi(SubAccountApi):
         for key_type in (ApiKeyType.CRYPTO_WALLET, ApiKeyType.FIAT):
             self.require_key_type(key_type)
         p = self.params
-        collection = services.fund_collection_create(
+        created = collection.fund_collection_create(
             master=self.account, client_request_id=p["clientRequestId"], remark=p["remark"] or ""
         )
-        return Response(presenters.collection_json(collection))
+        return Response(presenters.collection_json(created))
 
 
 class FundRecordApi(SubAccountApi):

@@ -11,6 +11,8 @@ class WalletConfig(AppConfig):
         from wallet.models import TransferFee
 
         controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
+        # Loading the tasks hands the withdrawal task to wallet/services.py (set_worker).
+        from wallet import tasks  # noqa: F401
 
         # Reference data cached per process (exchange/ttlcache.py): a save here clears it at once.
         label = "wallet.TransferFee"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 
@@ -271,12 +272,21 @@ def withdrawal_apply(
     return withdrawal
 
 
-def _enqueue_after_commit(withdrawal_id: int) -> None:
-    from wallet.tasks import withdrawal_process_task
+# Set by wallet/tasks.py when it loads (the app's ready() imports it): hands a committed withdrawal
+# to a worker without this module importing the task that imports it.
+_worker: Callable[[int], object] | None = None
 
-    # robust: if the broker is down the withdrawal still stands (it is committed and held);
-    # wallet.retry_stuck_withdrawals hands it to a worker later.
-    transaction.on_commit(lambda: withdrawal_process_task.delay(withdrawal_id), robust=True)
+
+def set_worker(hand_over: Callable[[int], object]) -> None:
+    global _worker
+    _worker = hand_over
+
+
+def _enqueue_after_commit(withdrawal_id: int) -> None:
+    if (hand_over := _worker) is None:
+        raise RuntimeError("wallet.tasks is not loaded: no worker to hand withdrawals to")
+    # robust: with the broker down the withdrawal stands (committed, held); retry_stuck hands it over.
+    transaction.on_commit(lambda: hand_over(withdrawal_id), robust=True)
 
 
 def _transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> bool:

@@ -1,4 +1,5 @@
-"""Thin tasks: load by id, call a service."""
+"""Thin tasks: load by id, call a service. Loading this module hands the withdrawal task to
+wallet/services.py (WalletConfig.ready imports it)."""
 
 from celery import shared_task
 from django.conf import settings
@@ -33,3 +34,7 @@ def sim_advance_blocks_task() -> None:
         from wallet.chain.simulator import advance_blocks
 
         advance_blocks()
+
+
+# Looked up at each hand-over, not bound once: a test may replace `delay` (a broker that is down).
+services.set_worker(lambda withdrawal_id: withdrawal_process_task.delay(withdrawal_id))

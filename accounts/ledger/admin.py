@@ -12,6 +12,7 @@ from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 
 from accounts.ledger import services
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import (
     AdjustmentStatus,
     Asset,
@@ -23,7 +24,6 @@ from accounts.ledger.models import (
     Posting,
 )
 from accounts.models import LimitTier, TierLimit
-from exchange.api.errors import InsufficientBalance
 from exchange.backoffice import GuardedChangeAdmin
 from exchange.services import ReasonRequired, staff_action, summary
 

@@ -5,7 +5,9 @@ envelope, exchange/api/envelope.py). Each class below is one row of the spec's c
 refusal with its own message answering one of those codes; an app's own refusals subclass these in
 the app's `errors.py` (accounts/errors.py, wallet/errors.py, convert/errors.py). Each code has one
 HTTP status (documented in docs/api.md); 5xx means "outcome unknown", so it is used only for our
-own faults. This module imports nothing of the project's apps: they import it.
+own faults. This module imports nothing of the project's apps: they import it. A layer below the
+apps with refusals of its own (the ledger, accounts/ledger/errors.py) registers which row answers
+each (`answer_as`, called from its app's ready()).
 """
 
 from __future__ import annotations
@@ -403,10 +405,23 @@ class ConvertError(ExchangeError):
 
 # --- the handler ----------------------------------------------------------------------------------
 
+# Exceptions of other layers answered with a row of the table: raised type -> the row's class.
+_ANSWERS: dict[type[Exception], type[ExchangeError]] = {}
+
+
+def answer_as(raised: type[Exception], answer: type[ExchangeError]) -> None:
+    """Answer `raised` (and its subclasses) wherever it reaches the gateway as `answer()`: its
+    code, HTTP status and message. How a layer that must not import the gateway (the ledger) gets
+    its refusals answered."""
+    _ANSWERS[raised] = answer
+
 
 def _translate(exc: Exception, method: str) -> ExchangeError:
     if isinstance(exc, ExchangeError):
         return exc
+    for raised, answer in _ANSWERS.items():
+        if isinstance(exc, raised):
+            return answer()
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
         return MethodNotAllowed(method)
     if isinstance(exc, Http404 | drf_exceptions.NotFound):

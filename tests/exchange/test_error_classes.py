@@ -13,6 +13,7 @@ from django.urls import path
 from rest_framework.response import Response
 
 import accounts.errors
+import accounts.ledger.errors
 import convert.errors
 import exchange.api.errors
 import subaccounts.errors
@@ -254,6 +255,14 @@ def test_an_app_refusal_answers_its_base_code(error, base, code, status, msg):
     assert error.http_status == status
 
 
+def test_the_ledgers_refusal_is_answered_with_the_code_tables_row():
+    """The ledger's errors are its own (accounts/ledger/errors.py): the gateway maps them, so the
+    wire answer is the one the API has always given."""
+    response = exception_handler(accounts.ledger.errors.InsufficientBalance(), {"request": None})
+    assert (response.status_code, response.data) == (400, {"code": -1131, "msg": "Balance insufficient."})
+    assert not issubclass(accounts.ledger.errors.InsufficientBalance, ExchangeError)
+
+
 def test_msg_and_headers_still_override_one_raise():
     error = BadRequest(msg="Malformed JSON body.", headers={"Retry-After": "3"})
     assert error.as_dict() == {"code": -1010, "msg": "Malformed JSON body."}
@@ -325,7 +334,7 @@ def test_transfer_refusals_by_class(funded):
         transfer_services.transfer_create(
             sender=sender, asset_code="NOPE", target_address="recipient@errors.test", amount=Decimal(1)
         )
-    with pytest.raises(exchange.api.errors.InsufficientBalance):
+    with pytest.raises(accounts.ledger.errors.InsufficientBalance):
         transfer(sender, "100.01")
     assert state() == before
 

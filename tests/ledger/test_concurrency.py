@@ -17,8 +17,8 @@ from django.db import IntegrityError, OperationalError, connection
 
 from accounts import ledger
 from accounts.ledger.check import ledger_check
+from accounts.ledger.errors import InsufficientBalance
 from accounts.models import Asset, Balance, BalanceChange, LedgerAccount, Posting, SystemRole
-from exchange.api.errors import InsufficientBalance
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

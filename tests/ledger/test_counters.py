@@ -10,10 +10,10 @@ from django.db import connection
 from accounts import ledger
 from accounts.ledger.check import journal_free_changes, ledger_check
 from accounts.ledger.counters import from_journal, period_keys
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.posting import api as posting
 from accounts.limits import usage
 from accounts.models import Asset, LimitCounter, SystemRole
-from exchange.api.errors import InsufficientBalance
 
 
 @pytest.fixture

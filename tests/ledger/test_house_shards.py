@@ -14,9 +14,9 @@ from django.db import connection, transaction
 
 from accounts import ledger
 from accounts.ledger.check import ledger_check
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry
 from accounts.models import SystemRole, User
-from exchange.api.errors import InsufficientBalance
 from tests.support.factories import WhitelistAddressFactory, demo_networks, fund
 from wallet import services
 from wallet.models import Deposit, DepositStatus, Network, Transfer, TransferFee, Withdrawal, WithdrawalStage

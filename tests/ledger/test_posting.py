@@ -5,8 +5,8 @@ from django.db import IntegrityError
 
 from accounts import ledger
 from accounts.ledger.check import ledger_check
+from accounts.ledger.errors import InsufficientBalance
 from accounts.models import Balance, BalanceChange, Entry, Posting, SystemRole
-from exchange.api.errors import InsufficientBalance
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ from convert.services import quote_accept, quote_create
 from exchange import api_urls
 from exchange.api.views import GatewayApi
 from streams.services import listen_key_start
-from subaccounts.services import fund_collection_create, fund_collection_run
+from subaccounts.collection import fund_collection_create, fund_collection_run
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.client import SignedClient
 from tests.support.factories import ApiKeyFactory, WhitelistAddressFactory, customer, demo_networks, fund

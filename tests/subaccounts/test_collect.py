@@ -28,7 +28,7 @@ from accounts import services as account_services
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import ApiKeyType, Balance, User
 from exchange.api import ratelimit
-from subaccounts import services
+from subaccounts import collection as collection_service
 from subaccounts.models import CollectionStatus, FundCollection, FundCollectionOutcome, OutcomeStatus
 from subaccounts.tasks import fund_collection_task
 from tests.subaccounts import helpers as h
@@ -179,7 +179,7 @@ def test_a_deactivated_sub_account_and_a_frozen_master(family, django_capture_on
     with django_capture_on_commit_callbacks(execute=False):
         h.ok(collect(family.master, "c-master-frozen"))
     account_services.user_set_frozen(user=family.master.user, frozen=True)
-    collection = services.fund_collection_run(
+    collection = collection_service.fund_collection_run(
         collection_id=FundCollection.objects.get(client_request_id="c-master-frozen").pk
     )
     assert collection.status == CollectionStatus.FAILED
@@ -194,7 +194,7 @@ def test_a_freeze_the_check_missed_is_refused_by_the_ledger_under_its_lock(
     """The sub-account is frozen after the task checked it (here: the check is made to miss it):
     the posting's sender check on the ledger's row refuses it, nothing moves."""
     account_services.user_set_frozen(user=family.sub1.user, frozen=True)
-    monkeypatch.setattr(services, "_why_not_collectable", lambda master, sub: "")
+    monkeypatch.setattr(collection_service, "_why_not_collectable", lambda master, sub: "")
     collect_now(django_capture_on_commit_callbacks, family.master, "c-late-freeze")
     collection = FundCollection.objects.get()
     assert collection.status == CollectionStatus.FAILED
@@ -237,7 +237,7 @@ def test_a_collect_while_one_is_init_is_request_repeated(family):
     assert_error(collect(family.master, "c-b"), -10324, 400, msg_contains="Request repeated")
     assert list(FundCollection.objects.values_list("client_request_id", flat=True)) == ["c-a"]
     # Once it ran, the master may collect again.
-    services.fund_collection_run(collection_id=FundCollection.objects.get().pk)
+    collection_service.fund_collection_run(collection_id=FundCollection.objects.get().pk)
     assert h.ok(collect(family.master, "c-b"))["status"] == "INIT"
     # Another master's INIT task is no obstacle.
     other = h.family_of("coll-other", master_funding={}, sub_funding={"BTC": "0.1"})
@@ -248,7 +248,7 @@ def test_a_repeated_client_request_id_is_a_duplicate(family):
     h.ok(collect(family.master, "dup"))
     # While it is INIT, and after it ran: the id is spent (-1010), not "repeated".
     assert_error(collect(family.master, "dup"), -1010, 400, msg_contains="Duplicate clientRequestId")
-    services.fund_collection_run(collection_id=FundCollection.objects.get().pk)
+    collection_service.fund_collection_run(collection_id=FundCollection.objects.get().pk)
     assert_error(collect(family.master, "dup"), -1010, 400, msg_contains="Duplicate clientRequestId")
     assert FundCollection.objects.count() == 1
 
@@ -398,7 +398,7 @@ def test_a_frozen_masters_key_is_refused(family):
 def test_records_page_ascending_with_a_filter(family):
     for i in range(5):
         h.ok(collect(family.master, f"r-{i}"))
-        services.fund_collection_run(collection_id=FundCollection.objects.get(client_request_id=f"r-{i}").pk)
+        collection_service.fund_collection_run(collection_id=FundCollection.objects.get(client_request_id=f"r-{i}").pk)
     ids = [r["clientRequestId"] for r in records(family.master)]
     assert ids == [f"r-{i}" for i in range(5)]
     assert [r["clientRequestId"] for r in records(family.master, page=2, size=2)] == ["r-2", "r-3"]
@@ -482,7 +482,7 @@ def test_an_interrupted_task_resumes_through_the_sweep_and_collects_each_sub_onc
     with django_capture_on_commit_callbacks(execute=False):
         h.ok(collect(family.master, "resume"))
     collection = FundCollection.objects.get()
-    real = services._collect_one
+    real = collection_service._collect_one
     calls = []
 
     def dies_on_the_second(collection, master, sub):
@@ -491,24 +491,24 @@ def test_an_interrupted_task_resumes_through_the_sweep_and_collects_each_sub_onc
             raise SystemExit("worker lost")  # as a killed process: after the first sub-account's commit
         real(collection, master, sub)
 
-    monkeypatch.setattr(services, "_collect_one", dies_on_the_second)
+    monkeypatch.setattr(collection_service, "_collect_one", dies_on_the_second)
     with pytest.raises(SystemExit):
-        services.fund_collection_run(collection_id=collection.pk)
+        collection_service.fund_collection_run(collection_id=collection.pk)
     collection.refresh_from_db()
     assert collection.status == CollectionStatus.PROCESSING
     assert postings_of(collection) == [f"fund-collect:{collection.pk}:{family.sub1.user.pk}"]
-    monkeypatch.setattr(services, "_collect_one", real)
+    monkeypatch.setattr(collection_service, "_collect_one", real)
     # Not yet old enough for the sweep; then old enough: handed to a worker again, which finishes.
-    assert services.fund_collections_retry_stuck(older_than_seconds=3600) == 0
+    assert collection_service.fund_collections_retry_stuck(older_than_seconds=3600) == 0
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.fund_collections_retry_stuck(older_than_seconds=0) == 1
+        assert collection_service.fund_collections_retry_stuck(older_than_seconds=0) == 1
     collection.refresh_from_db()
     assert (collection.status, collection.attempts) == (CollectionStatus.SUCCESS, 2)
     assert postings_of(collection) == sorted(
         f"fund-collect:{collection.pk}:{sub.user.pk}" for sub in (family.sub1, family.sub2)
     )
     assert free(family.master.user, "USDT") == Decimal("19.5")
-    assert services.fund_collections_retry_stuck(older_than_seconds=0) == 0  # settled: nothing to hand over
+    assert collection_service.fund_collections_retry_stuck(older_than_seconds=0) == 0  # settled: nothing to hand over
     assert_ledger_balanced()
 
 
@@ -516,7 +516,7 @@ def test_the_sweep_hands_over_an_init_task_left_by_a_broker_outage(family, djang
     with django_capture_on_commit_callbacks(execute=False):  # the enqueue is lost
         h.ok(collect(family.master, "lost"))
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.fund_collections_retry_stuck(older_than_seconds=0) == 1
+        assert collection_service.fund_collections_retry_stuck(older_than_seconds=0) == 1
     assert FundCollection.objects.get().status == CollectionStatus.SUCCESS
     assert_balance(family.master.user, "BTC", "1.5")
 
@@ -530,7 +530,7 @@ def test_a_balance_changed_between_the_read_and_the_lock_is_read_again(
     again under the lock; it collects exactly what sub1 holds then, never more (no negative) and
     never a stale amount."""
     sub1 = family.sub1.user
-    real = services._free_balances
+    real = collection_service._free_balances
     injected = []
 
     def read_then_transfer(account_id):
@@ -544,8 +544,8 @@ def test_a_balance_changed_between_the_read_and_the_lock_is_read_again(
 
     with django_capture_on_commit_callbacks(execute=False):
         h.ok(collect(family.master, f"moving-{change}"))
-    monkeypatch.setattr(services, "_free_balances", read_then_transfer)
-    collection = services.fund_collection_run(collection_id=FundCollection.objects.get().pk)
+    monkeypatch.setattr(collection_service, "_free_balances", read_then_transfer)
+    collection = collection_service.fund_collection_run(collection_id=FundCollection.objects.get().pk)
     assert collection.status == CollectionStatus.SUCCESS
     assert injected
     assert_balance(sub1, "BTC", "0")
@@ -676,9 +676,9 @@ _patched = []
 def _patch(**kwargs):
     if _patched:
         return
-    from subaccounts import services
+    from subaccounts import collection
 
-    real = services._collect_one
+    real = collection._collect_one
     done = []
 
     def collect_one(collection, master, sub):
@@ -696,7 +696,7 @@ def _patch(**kwargs):
                 os.killpg(os.getpgrp(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    services._collect_one = collect_one
+    collection._collect_one = collect_one
     _patched.append(True)
 '''
 
@@ -906,7 +906,7 @@ def test_whole_worker_killed_mid_collection_is_finished_by_the_sweep(crash_stack
     assert done == 3
     with stack.worker("collect-rescue") as rescue:
         time.sleep(1.1)
-        sweep = "from subaccounts import services as s; print(s.fund_collections_retry_stuck(older_than_seconds=1))"
+        sweep = "from subaccounts import collection as s; print(s.fund_collections_retry_stuck(older_than_seconds=1))"
         assert manage(stack.env, "shell", "--no-imports", "-c", sweep).stdout.strip().splitlines()[-1] == "1"
         state = stack.wait_settled("crash-whole", rescue)
     assert (state["status"], state["attempts"]) == ("SUCCESS", 2)

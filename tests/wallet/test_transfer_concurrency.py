@@ -26,9 +26,10 @@ from django.db import connections
 
 from accounts import ledger
 from accounts.ledger.check import ledger_check
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, BusinessType, Posting
 from accounts.models import Balance, LimitPeriod, LimitTier, SystemRole, TierLimit, User
-from exchange.api.errors import ExchangeError, InsufficientBalance
+from exchange.api.errors import ExchangeError
 from tests.support.client import SignedClient, now_ms
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services

@@ -4,7 +4,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from exchange.api.errors import InsufficientBalance
+from accounts.ledger.errors import InsufficientBalance
 from exchange.backoffice import GuardedChangeAdmin
 from exchange.services import staff_action, summary
 from wallet.models import Transfer, TransferFee

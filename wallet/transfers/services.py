@@ -13,10 +13,10 @@ from typing import NoReturn
 from django.db import IntegrityError, transaction
 
 from accounts import ledger, limits, policy
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import UserRef, transfer_parties
-from exchange.api.errors import InsufficientBalance
 from exchange.ttlcache import TtlCache
 from wallet import errors
 from wallet.models import Transfer, TransferFee

@@ -1,5 +1,6 @@
 """`post()` and what it takes and returns: the legs (and the shapes of common postings), the
-caller's LinkedRow, the PostingResult; asset ids; the after-commit listeners."""
+caller's LinkedRow (declared in plan.py, which the writes use too), the PostingResult; asset ids;
+the after-commit listeners."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import accounts.ledger.posting.postgres as postgres
 import accounts.ledger.posting.sqlite as sqlite
 from accounts.errors import AccountMayNotSend
 from accounts.ledger.models import QUANTUM, Asset, Bucket, BusinessType
-from accounts.ledger.posting.plan import ZERO, LockedAccount, Plan, Written, plan_posting
+from accounts.ledger.posting.plan import ZERO, LinkedRow, LockedAccount, Plan, Written, plan_posting
 
 
 @dataclass(frozen=True)
@@ -50,20 +51,6 @@ class PostingResult:
     created_at: object
     balances: tuple[BalanceAfter, ...]
     row_id: int | None = None  # the id of the LinkedRow written with the posting, if any
-
-
-@dataclass(frozen=True)
-class LinkedRow:
-    """A business row written with the posting, in the posting's own statement (PostgreSQL) or
-    right after it in its transaction (SQLite): `values` by column name of `model`, plus the
-    posting's id in `posting_column` and its time in `time_column`. Its id comes back as
-    `PostingResult.row_id`. A unique constraint on it that fails undoes the whole posting
-    (IntegrityError)."""
-
-    model: type
-    values: dict[str, object]
-    posting_column: str = "posting_id"
-    time_column: str = "created_at"
 
 
 # --- shapes of common postings -------------------------------------------------------------------
@@ -138,7 +125,7 @@ def post(
     row: LinkedRow | None = None,
     senders: Iterable[int] = (),
 ) -> PostingResult:
-    """Post a balanced set of legs atomically. Raises InsufficientBalance (-1131) when a debit
+    """Post a balanced set of legs atomically. Raises InsufficientBalance (accounts/ledger/errors.py) when a debit
     would take a customer balance below zero, IntegrityError when `reference` was used before.
 
     `guard`, when given, runs once every account of the posting is locked and before anything is

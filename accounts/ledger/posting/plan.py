@@ -1,6 +1,7 @@
 """What a posting will write, worked out in Python under the locks and before the write: per account
 and asset the deltas and the next change-feed sequence, the journal entries, the limit counters'
-increments. The PostgreSQL and SQLite writes both carry out a `Plan`."""
+increments; and the caller's LinkedRow, written with it. The PostgreSQL and SQLite writes both
+carry out a `Plan`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,20 @@ from accounts.ledger import counters
 from accounts.ledger.models import Bucket
 
 ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class LinkedRow:
+    """A business row written with the posting, in the posting's own statement (PostgreSQL) or
+    right after it in its transaction (SQLite): `values` by column name of `model`, plus the
+    posting's id in `posting_column` and its time in `time_column`. Its id comes back as
+    `PostingResult.row_id`. A unique constraint on it that fails undoes the whole posting
+    (IntegrityError)."""
+
+    model: type
+    values: dict[str, object]
+    posting_column: str = "posting_id"
+    time_column: str = "created_at"
 
 
 class LockedAccount(NamedTuple):

@@ -8,26 +8,22 @@ counters and the caller's LinkedRow.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.db import connection
 
 from accounts.ledger import counters
+from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.posting.plan import (
     BalanceDelta,
     BalanceTotals,
     CounterIncrement,
     EntryLine,
+    LinkedRow,
     LockedAccount,
     Period,
     Plan,
     Written,
 )
 from accounts.ledger.posting.prepared import array_parameters, column_arrays, fetch_prepared
-from exchange.api.errors import InsufficientBalance
-
-if TYPE_CHECKING:
-    from accounts.ledger.posting.api import LinkedRow
 
 _lock_statements: dict[int, str] = {}
 
@@ -184,7 +180,7 @@ _PERIOD_ARRAYS = array_parameters("period", Period)
 
 
 def write(plan: Plan, kind: str, reference: str, memo: str, actor_id, now, row: LinkedRow | None = None) -> Written:
-    """Carry out `plan` in one statement; InsufficientBalance (-1131) and nothing written when a
+    """Carry out `plan` in one statement; InsufficientBalance and nothing written when a
     balance would go negative."""
     params = {
         **column_arrays(_CHANGE_ARRAYS, plan.changes),

@@ -7,17 +7,21 @@ SQLite has one writer at a time: the embedded mode's transactions take the write
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.db import connection
 
 from accounts.ledger import counters
-from accounts.ledger.posting.plan import ZERO, BalanceTotals, CounterIncrement, LockedAccount, Period, Plan, Written
+from accounts.ledger.errors import InsufficientBalance
+from accounts.ledger.posting.plan import (
+    ZERO,
+    BalanceTotals,
+    CounterIncrement,
+    LinkedRow,
+    LockedAccount,
+    Period,
+    Plan,
+    Written,
+)
 from accounts.ledger.posting.prepared import decimal_from_db
-from exchange.api.errors import InsufficientBalance
-
-if TYPE_CHECKING:
-    from accounts.ledger.posting.api import LinkedRow
 
 
 def _placeholders(count: int, width: int) -> str:
@@ -42,7 +46,7 @@ def lock_accounts(account_ids: list[int]) -> dict[int, LockedAccount]:
 
 
 def write(plan: Plan, kind: str, reference: str, memo: str, actor_id, now, row: LinkedRow | None = None) -> Written:
-    """Carry out `plan`; InsufficientBalance (-1131) before anything is written when a balance
+    """Carry out `plan`; InsufficientBalance before anything is written when a balance
     would go negative."""
     with connection.cursor() as cursor:
         where = " OR ".join(["(account_id = %s AND asset_id = %s)"] * len(plan.changes))
