@@ -46,12 +46,12 @@ services:
 ## make test: real PostgreSQL and Redis (and Debian's chromium for the back office's browser tests),
 ## lint, then the whole test suite; then the tests of the
 ## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings, conversions,
-## sub-account transfers and collections) on SQLite.
+## sub-account transfers and collections) on SQLite. A skip that tests/support/skips.py does not list fails.
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
 	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py \
 	tests/ledger/test_house_shards.py tests/convert/test_accept.py tests/subaccounts/test_transfers.py \
 	tests/subaccounts/test_collect.py tests/subaccounts/test_clients.py tests/backoffice/test_dashboard.py \
-	tests/exchange/test_amount_bounds.py tests/wallet/test_transfer_recipients.py
+	tests/exchange/test_amount_bounds.py tests/wallet/test_transfer_recipients.py tests/ledger/test_check.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -9,6 +9,7 @@ from io import StringIO
 import pytest
 from channels.layers import channel_layers
 from django.core.management import call_command
+from django.db import connections
 
 from accounts.keyring import keyrings
 from accounts.ledger.posting import forget_asset_ids
@@ -16,12 +17,31 @@ from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
 from exchange.ttlcache import clear_all
 from streams import relay
-from tests.support import loop_teardown
+from tests.support import loop_teardown, skips, stack
 from tests.support.client import SignedClient
 from tests.support.factories import ApiKeyFactory, UserFactory
 from tests.support.streams import forget_listen_keys
 
 loop_teardown.install()  # each async test's loop ends within seconds, or the test errors with the stuck tasks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    stack.fail_without_services(item)  # before the test's fixtures start any process
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skip not listed in tests/support/skips.py fails the test: it proved nothing."""
+    outcome = yield
+    skips.fail_if_unexpected(outcome.get_result(), connections["default"].vendor)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """... and a module skipped as a whole (pytest.skip(allow_module_level=True)) fails the run too."""
+    outcome = yield
+    skips.fail_if_unexpected(outcome.get_result(), connections["default"].vendor)
 
 
 def pytest_terminal_summary(terminalreporter):

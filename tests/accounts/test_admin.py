@@ -318,14 +318,34 @@ def test_support_can_open_an_api_key_read_only(support, customer, make_key):
 
 
 def test_support_can_open_the_other_change_pages_read_only(support, customer):
+    """Each page shows its row with no field to edit and no button to save; a save sent anyway is
+    refused (403) and changes nothing."""
     ban = ratelimit.rate_limit_ban_create(ip="192.0.2.4", reason="test")
     row = services.business_status_set(business_type="SPOT", is_on=True)
-    for url in (
-        reverse("admin:accounts_user_change", args=[customer.pk]),
-        reverse("admin:exchange_ratelimitban_change", args=[ban.pk]),
-        reverse("admin:exchange_businessstatus_change", args=[row.pk]),
-    ):
-        assert support.get(url).status_code == 200, url
+    pages = [
+        ("accounts_user", customer, customer.email, {"email": "taken-over@test.example", "is_active": "on"}),
+        ("exchange_ratelimitban", ban, "192.0.2.4", {"ip": "192.0.2.4", "reason": "lifted", "lifted": "on"}),
+        ("exchange_businessstatus", row, "SPOT", {"business_type": "SPOT", "reason": "maintenance"}),
+    ]
+    for name, obj, shown, edit in pages:
+        url = reverse(f"admin:{name}_change", args=[obj.pk])
+        before = type(obj).objects.filter(pk=obj.pk).values().get()
+        response = support.get(url)
+        assert response.status_code == 200, url
+        assert response.context["original"].pk == obj.pk, url
+        assert shown.encode() in response.content, url
+        assert response.context["has_change_permission"] is False, url
+        shown_fields = [field for fieldset in response.context["adminform"] for line in fieldset for field in line]
+        assert shown_fields, url
+        assert [field.field.name for field in shown_fields if not field.is_readonly] == [], url
+        assert not re.search(
+            rb"<(textarea|select)\b|<input[^>]*type=\"(text|checkbox|email|number)\"", response.content
+        )
+        for button in (b'name="_save"', b'name="_continue"', b'name="_addanother"', b"deletelink"):
+            assert button not in response.content, (url, button)
+
+        assert support.post(url, {**edit, "_save": "Save"}).status_code == 403, url
+        assert type(obj).objects.filter(pk=obj.pk).values().get() == before, url
 
 
 def test_support_gets_403_on_the_api_key_add_page(support, customer):

@@ -1,7 +1,5 @@
 """The gateway's API-key cache: invalidation in this process and, through Redis, in the others."""
 
-import time
-
 import pytest
 from django.test import override_settings
 
@@ -10,15 +8,7 @@ from accounts.keyring import KeyringCache, keyrings
 from exchange.api.signing import sign
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
-
-
-def _wait_until(predicate, seconds: float = 3.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.django_db(transaction=True)
@@ -28,14 +18,14 @@ def test_another_process_cache_is_evicted_through_redis_when_a_key_is_disabled(m
     other_process = KeyringCache()  # its own listener thread, as in another server worker process
     _, record = other_process.lookup(api_key.key)
     assert record.is_enabled
-    assert _wait_until(lambda: other_process._subscriber is not None and other_process._subscriber.is_alive())
-    time.sleep(0.2)  # the listener subscribes (and starts clean) right after it starts
+    # The listener subscribes, and the log reader's first read starts it clean, right after they start.
+    wait_until(lambda: other_process._subscribed.is_set() and other_process._synced.is_set(), what="listening")
     other_process.lookup(api_key.key)
     assert other_process.cached(api_key.key)
 
     services.api_key_set_status(api_key=api_key, enabled=False)  # commits; publishes the eviction
 
-    assert _wait_until(lambda: not other_process.cached(api_key.key)), "the other process kept the old key"
+    wait_until(lambda: not other_process.cached(api_key.key), what="the other process to drop the old key")
     _, record = other_process.lookup(api_key.key)
     assert not record.is_enabled
 

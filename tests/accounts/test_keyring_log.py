@@ -11,28 +11,59 @@ from django.test import override_settings
 
 import accounts.keyring as keyring_module
 from accounts import services
-from accounts.keyring import LOG_KEYS, KeyringCache
+from accounts.keyring import LOG_KEYS, KeyringCache, keyrings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _warm(cache: KeyringCache, key: str) -> None:
-    cache.lookup(key)
-    deadline = time.monotonic() + 3
-    while not cache.cached(key):  # the reader's first read (it starts clean) may follow the load
-        assert time.monotonic() < deadline, "the cache never trusted the key"
+    def trusted() -> bool:  # the reader's first read (it starts clean) may follow the load
         cache.lookup(key)
-        time.sleep(0.02)
+        return cache.cached(key)
+
+    wait_until(trusted, what="the cache to trust the key")
 
 
-def _seconds_until_refused(cache: KeyringCache, key: str, limit: float = 3.0) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
-        found = cache.lookup(key)
-        if found is None or not found[1].is_enabled:
-            return time.monotonic() - started
-        time.sleep(0.01)
-    pytest.fail(f"the other process still accepted the key after {limit} s")
+def _evictions(cache: KeyringCache) -> list[tuple[float, int]]:
+    """(time, account) of each eviction `cache` makes from now on (its log reader's, its listener's),
+    recorded once done: the moment it stops answering for that account from its cache."""
+    done: list[tuple[float, int]] = []
+    evict = cache.evict
+
+    def recorded(user_id: int) -> None:
+        evict(user_id)
+        done.append((time.monotonic(), user_id))
+
+    cache.evict = recorded
+    return done
+
+
+@pytest.fixture
+def committed(monkeypatch) -> list[float]:
+    """When this process's key changes committed: the start of each after-commit eviction, which
+    appends the change to the revocation log (and publishes it)."""
+    times: list[float] = []
+    evict_everywhere = keyrings._evict_everywhere
+
+    def timed(user_id: int) -> None:
+        times.append(time.monotonic())
+        evict_everywhere(user_id)
+
+    monkeypatch.setattr(keyrings, "_evict_everywhere", timed)
+    return times
+
+
+def _seconds_to_evict(evictions: list[tuple[float, int]], account: int, since: float) -> float:
+    """Seconds from `since` to the first eviction of `account` after it (waits for one)."""
+    wait_until(lambda: any(at >= since and user == account for at, user in evictions), what="the eviction")
+    return next(at for at, user in evictions if at >= since and user == account) - since
+
+
+def _wait_for_a_read_after(cache: KeyringCache, moment: float) -> None:
+    """Until `cache` completed a read of the revocation log that started after `moment`."""
+    bound = keyring_module.settings.API_KEY_REVOCATION_SECONDS
+    wait_until(lambda: cache._trust_until > moment + bound, what="a read of the log after the change")
 
 
 @pytest.fixture
@@ -42,17 +73,22 @@ def publish_lost(monkeypatch):
 
 
 def test_a_disabled_key_is_refused_by_another_process_when_the_message_is_lost(
-    make_user, make_key, publish_lost, capsys
+    make_user, make_key, publish_lost, committed, capsys
 ):
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()  # its own listener and log reader, as in another worker
     _warm(other_process, api_key.key)
+    evictions = _evictions(other_process)
+    earlier = len(committed)
 
     services.api_key_set_status(api_key=api_key, enabled=False)  # commits; the message is lost
 
-    seconds = _seconds_until_refused(other_process, api_key.key)
+    # Measured from the commit to the other process's eviction (when it happened, not when this
+    # thread got round to looking), and the key is then refused there.
+    seconds = _seconds_to_evict(evictions, api_key.user_id, committed[earlier])
+    assert not other_process.lookup(api_key.key)[1].is_enabled
     with capsys.disabled():
-        sys.stdout.write(f"\n  disabled key, pub/sub lost: another process refused it after {seconds * 1000:.0f} ms\n")
+        sys.stdout.write(f"\n  disabled key, pub/sub lost: another process evicted it after {seconds * 1000:.0f} ms\n")
     assert seconds < 1.0
 
 
@@ -64,7 +100,7 @@ def test_without_the_log_a_lost_message_would_leave_the_key_cached(make_user, ma
     _warm(other_process, api_key.key)
     monkeypatch.setattr(keyring_module, "_LOG_APPEND", "return 0")
     services.api_key_set_status(api_key=api_key, enabled=False)
-    time.sleep(0.6)
+    _wait_for_a_read_after(other_process, time.monotonic())
     assert other_process.cached(api_key.key)
 
 
@@ -80,8 +116,10 @@ def test_a_process_that_cannot_read_the_log_stops_trusting_its_cache(make_user, 
         raise ConnectionError("Redis unreachable")
 
     monkeypatch.setattr(keyring_module, "_log_client", unreachable)
-    time.sleep(1.1)
-    assert not other_process.cached(api_key.key)
+    cut_off = time.monotonic()
+    wait_until(lambda: not other_process.cached(api_key.key), what="the cache to stop being trusted")
+    # Trusted at most API_KEY_REVOCATION_SECONDS after the last read, which started before the cut.
+    assert other_process._trust_until <= cut_off + keyring_module.settings.API_KEY_REVOCATION_SECONDS
     assert other_process.lookup(api_key.key)[1].is_enabled  # still served, from the database
     monkeypatch.setattr(keyring_module, "_log_client", real_client)
     _warm(other_process, api_key.key)  # trusted again once the log is read
@@ -125,30 +163,32 @@ def _created_with_key(user, key: str):
 
 
 def _remember_unknown(cache: KeyringCache, key: str) -> None:
-    deadline = time.monotonic() + 3
-    while not (cache.lookup(key) is None and cache.cached(key)):  # the reader's first read starts clean
-        assert time.monotonic() < deadline, "the unknown key was never remembered"
-        time.sleep(0.02)
+    # the reader's first read starts clean
+    wait_until(lambda: cache.lookup(key) is None and cache.cached(key), what="the unknown key to be remembered")
 
 
-def test_a_key_created_elsewhere_is_found_within_the_bound_when_the_message_is_lost(make_user, publish_lost, capsys):
+def test_a_key_created_elsewhere_is_found_within_the_bound_when_the_message_is_lost(
+    make_user, publish_lost, committed, capsys
+):
     """Issue 25, finding 5: another process remembers an unknown key (so it does not ask the
     database again for it), and the key's creation must still reach it within
     API_KEY_REVOCATION_SECONDS, as a revocation would, with the pub/sub message lost."""
     key = "N" * 64
+    user = make_user()  # before the other process starts: its first read starts clean after it
     other_process = KeyringCache()
     _remember_unknown(other_process, key)
+    evictions = _evictions(other_process)  # an eviction forgets every remembered unknown key
+    earlier = len(committed)
 
-    created = _created_with_key(make_user(), key)
+    created = _created_with_key(user, key)
 
-    started = time.monotonic()
-    while other_process.lookup(key) is None:
-        assert time.monotonic() - started < 1.0, "the other process kept the key unknown past the bound"
-        time.sleep(0.01)
-    ms = (time.monotonic() - started) * 1000
+    seconds = _seconds_to_evict(evictions, user.pk, committed[earlier])
     with capsys.disabled():
-        sys.stdout.write(f"\n  new key, pub/sub lost: found by another process after {ms:.0f} ms\n")
+        sys.stdout.write(
+            f"\n  new key, pub/sub lost: another process forgot it was unknown after {seconds * 1000:.0f} ms\n"
+        )
     assert other_process.lookup(key)[1].key == created.key
+    assert seconds < 1.0, "the other process kept the key unknown past the bound"
 
 
 def test_without_the_log_a_lost_message_would_leave_a_new_key_unknown(make_user, publish_lost, monkeypatch):
@@ -159,5 +199,5 @@ def test_without_the_log_a_lost_message_would_leave_a_new_key_unknown(make_user,
     _remember_unknown(other_process, key)
     monkeypatch.setattr(keyring_module, "_LOG_APPEND", "return 0")
     _created_with_key(make_user(), key)
-    time.sleep(0.6)
+    _wait_for_a_read_after(other_process, time.monotonic())
     assert other_process.lookup(key) is None

@@ -12,8 +12,9 @@ parameters in the query string or in a form body, and every answer must be:
 Three generation modes per operation: `positive` (values that fit the declared types), `negative`
 (values that do not, the signing parameters included) and `informed` (the operation's parameters
 that name something of the caller's world, such as an asset, a sub-account's e-mail or a
-whitelisted address, are set to real values, the rest generated), so that the fuzzer also reaches
-the code behind the parameter checks. Examples are derandomized: the same code generates the same
+whitelisted address, a transfer's id, are set to real values, the rest generated), so that the
+fuzzer also reaches the code behind the parameter checks: each informed case must see at least one
+of its requests succeed. Examples are derandomized: the same code generates the same
 requests. The number of requests per operation is printed at the end of the module.
 """
 
@@ -56,6 +57,7 @@ from tests.support.factories import (
     fund,
 )
 from tests.support.params import plausible_params
+from wallet.transfers.services import transfer_create
 
 pytestmark = pytest.mark.django_db
 
@@ -70,7 +72,7 @@ KNOWN_NAMES = {
     *("recvWindow", "email", "fromEmail", "toEmail", "accountName", "asset", "coin", "network", "currency"),
     *("tokenId", "account", "amount", "target_address", "address", "sourceCurrency", "targetCurrency"),
     *("sourceAmount", "apikey", "ipAddress", "ipRestriction", "page", "size", "limit", "startTime", "endTime"),
-    *("quoteId", "listenKey"),
+    *("quoteId", "listenKey", "transfer_id"),
 }
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
@@ -150,6 +152,9 @@ def world(db, settings):
             user=master.user, source_code="BTC", target_code="PHP", source_amount=Decimal("0.001")
         ).quote_id,
         "listenKey": listen_key_start(account=master.user, api_key=master.api_key.key),
+        "transfer_id": str(
+            transfer_create(sender=master.user, asset_code="PHP", target_address=peer.email, amount=Decimal(1)).pk
+        ),
         "page": 1,
         "size": 10,
         "limit": 10,
@@ -260,17 +265,29 @@ def assert_envelope(path: str, response: Response) -> None:
             assert body["error"] == "OK", body
 
 
-# Where one operation needs another value than the others: a withdrawal of 1 BTC is over the
-# account's limits (-1010), so the informed withdrawals would never reach the wallet.
-KNOWN_FOR = {"/openapi/wallet/v1/withdraw/apply": {"amount": "0.01"}}
+# Where one operation needs another value than the others (None: not set, generated): a withdrawal
+# of 1 BTC is over the account's limits (-1010), so the informed withdrawals would never reach the
+# wallet; the universal-transfer history refuses fromEmail with toEmail (-1107).
+KNOWN_FOR = {
+    "/openapi/wallet/v1/withdraw/apply": {"amount": "0.01"},
+    "/openapi/v1/sub-account/transfer/universal-transfer-history": {"toEmail": None},
+}
 
 
 def _strategy(operation, mode, known: dict):
     if mode == "informed":
-        names = {parameter.name for parameter in operation.query}
         values = {**known, **KNOWN_FOR.get(operation.path, {})}
-        return operation.as_strategy(GenerationMode.POSITIVE, query={k: v for k, v in values.items() if k in names})
+        chosen = {}
+        for place, parameters in (("query", operation.query), ("path_parameters", operation.path_parameters)):
+            names = {parameter.name for parameter in parameters}
+            chosen[place] = {k: v for k, v in values.items() if k in names and v is not None} or None
+        return operation.as_strategy(GenerationMode.POSITIVE, **chosen)
     return operation.as_strategy(mode)
+
+
+def _succeeded(outcome: str) -> bool:
+    """A success: 2xx with no refusal code (the convert envelope's status 0 included)."""
+    return ":" not in outcome and outcome.startswith("2")
 
 
 MODES = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE, "informed"]
@@ -313,6 +330,7 @@ def test_fuzz(schema, world, method, path, mode, placement):
     caller = world["sub"] if path in SUB_ACCOUNT_ONLY else world["master"]
     client = Client()
     key = (method, path)
+    outcomes: Counter = Counter()
 
     @settings(
         max_examples=EXAMPLES[mode],
@@ -325,8 +343,13 @@ def test_fuzz(schema, world, method, path, mode, placement):
     def run(case):
         response = _send(client, case, caller, placement, mode)
         REQUESTS[key][f"{getattr(mode, 'value', mode)}/{placement}"] += 1
+        outcomes[_outcome(response)] += 1
         STATUSES[key][_outcome(response)] += 1
         assert_envelope(path, response)
         case.validate_response(response, checks=CHECKS)
 
     run()
+    if mode == "informed":
+        # The mode exists to reach the code behind the parameter checks: at least one of its
+        # requests must go all the way and succeed, or its real values no longer fit the operation.
+        assert any(_succeeded(outcome) for outcome in outcomes), f"no informed request succeeded: {dict(outcomes)}"

@@ -11,7 +11,7 @@ maximum over servers printed.
 Websockets on a listenKey the key holds are watched for their close the same way.
 
 Servers from tests/support/stack.py on a database of its own, `<FULLSTACK_DATABASE_NAME>_rb`, and
-the stack's Redis database, flushed before and after; skipped when PostgreSQL or Redis is down.
+the stack's Redis database, flushed before and after; fails when PostgreSQL or Redis is down.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ every withdrawal and collection final and settled once, every websocket's events
 order), and the faults really happened.
 
 CHAOS_SEED picks the fault order and timing (default 16); the report is printed (pytest -s shows it).
-Skipped only when PostgreSQL's binaries or redis-server are missing (`make services` installs them).
+Fails when PostgreSQL's binaries or redis-server are missing (`make services` installs them).
 """
 
 from __future__ import annotations
@@ -33,13 +33,18 @@ def _missing_services() -> str | None:
     return None
 
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(_missing_services() is not None, reason=_missing_services() or ""),
-]
+def require_servers() -> None:
+    """Fail (never skip) without the servers' binaries: `make services` installs them."""
+    missing = _missing_services()
+    if missing is not None:
+        pytest.fail(missing, pytrace=False)
+
+
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_the_full_stack_keeps_its_rules_through_redis_postgres_and_worker_faults():
+    require_servers()
     result = chaos.run(seed=int(os.environ.get("CHAOS_SEED", "16")))
 
     assert result.problems == [], result.report

@@ -21,7 +21,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from scripts import simulate
-from tests.stack.test_faults import _missing_services
+from tests.stack.test_faults import require_servers
 
 
 def test_the_same_seed_gives_the_same_schedule_and_every_kind_of_fault():
@@ -126,8 +126,8 @@ def test_the_command_refuses_nonsense_arguments():
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.skipif(_missing_services() is not None, reason=_missing_services() or "")
 def test_a_short_seeded_simulation_keeps_every_rule():
+    require_servers()
     out = io.StringIO()
     seed = int(os.environ.get("SIMULATION_SEED", "18"))
     minutes = os.environ.get("SIMULATION_MINUTES", "1.5")

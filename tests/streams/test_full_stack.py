@@ -4,8 +4,8 @@ The last test does the same against the embedded default (SQLite, in-memory chan
 the server's own sweeper must publish what another process committed.
 
 Each server gets a private database (PostgreSQL `exchange_fullstack_test`, Redis db 9, or SQLite in
-a temporary directory), loaded with `manage.py migrate` and `manage.py demo`. The module is skipped
-only when PostgreSQL or Redis cannot be reached (`make test` starts them).
+a temporary directory), loaded with `manage.py migrate` and `manage.py demo`. The module fails
+(never skips) when PostgreSQL or Redis cannot be reached (`make test` starts them).
 """
 
 from __future__ import annotations

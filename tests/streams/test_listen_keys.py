@@ -15,12 +15,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import User
-from streams import services
+from streams import services, watcher
 from streams.models import ListenKey
 from streams.store import store
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
 from tests.support.streams import communicator
+from tests.support.waiting import DEADLINE_SECONDS, CallCounter, Sent, until, wait_until
 
 PATH = "/openapi/v1/userDataStream"
 KEY_DEAD = {"type": "websocket.close", "code": 4001}
@@ -74,13 +75,13 @@ def test_post_returns_a_key_bound_to_the_account(master, signed_client):
 @pytest.mark.django_db
 def test_second_post_returns_the_same_key_and_extends_it(master, signed_client):
     key = start(signed_client)
-    time.sleep(0.6)
+    wait_until(lambda: store().ttl(key) < 3599.6, what="the key's TTL to run down")
     before = store().ttl(key)
-    assert before < 3599.6
+    asked = time.monotonic()
     assert start(signed_client) == key
     after = store().ttl(key)
     assert after > before
-    assert after > 3599.7
+    assert after >= 3600 - (time.monotonic() - asked) - 0.01  # the whole hour again from the POST
     assert ListenKey.objects.filter(account=master).count() == 1
 
 
@@ -88,15 +89,15 @@ def test_second_post_returns_the_same_key_and_extends_it(master, signed_client):
 def test_put_extends_the_key(master, signed_client):
     key = start(signed_client)
     record_before = ListenKey.objects.get(key=key).expires_at
-    time.sleep(0.6)
+    wait_until(lambda: store().ttl(key) < 3599.6, what="the key's TTL to run down")
     before = store().ttl(key)
-    assert before < 3599.6
+    asked = time.monotonic()
     response = keepalive(signed_client, key)
     assert response.status_code == 200
     assert response.json() == {}
     after = store().ttl(key)
     assert after > before
-    assert after > 3599.7
+    assert after >= 3600 - (time.monotonic() - asked) - 0.01  # the whole hour again from the PUT
     assert ListenKey.objects.get(key=key).expires_at > record_before
 
 
@@ -133,8 +134,7 @@ def test_expired_key_is_1125(master, signed_client):
     with override_settings(LISTEN_KEY_TTL_SECONDS=1):
         key = start(signed_client)
         assert store().ttl(key) <= 1
-        time.sleep(1.3)
-        assert store().owner(key) is None
+        wait_until(lambda: store().owner(key) is None, what="the key to expire")
         assert_error(keepalive(signed_client, key), -1125, 400)
         assert_error(close(signed_client, key), -1125, 400)
         # An expired key is not reused by POST.
@@ -260,8 +260,8 @@ def test_admin_close_action_kills_the_key(master, signed_client, staff_client):
 # --- the websocket -------------------------------------------------------------------------------
 
 
-async def _open(key: str):
-    ws = communicator(key)
+async def _open(key: str, sent: Sent | None = None):
+    ws = communicator(key, sent=sent)
     connected, _ = await ws.connect()
     assert connected
     return ws
@@ -317,25 +317,36 @@ async def test_admin_close_closes_an_open_connection(master, signed_client, staf
 @pytest.mark.asyncio
 async def test_expiry_closes_the_connection_after_the_ttl(master, signed_client):
     with override_settings(STREAM_KEY_CHECK_SECONDS=0.2, LISTEN_KEY_TTL_SECONDS=1):
+        asked = time.monotonic()
         key = await sync_to_async(start)(signed_client)
         created = time.monotonic()
-        ws = await _open(key)
-        assert await ws.receive_output(timeout=3) == KEY_DEAD
-        elapsed = time.monotonic() - created
-        assert 0.9 <= elapsed <= 1.8, elapsed
+        sent = Sent()
+        ws = await _open(key, sent)
+        closed = await sent.first(KEY_DEAD)  # when the server sent it, however late the test looks
+        assert closed - asked >= 0.99, closed - asked  # not before the TTL...
+        assert closed - created <= 1.8, closed - created  # ... and at the next checks after it
+        assert await ws.receive_output(timeout=DEADLINE_SECONDS) == KEY_DEAD
         await ws.disconnect()
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
-async def test_expiry_sends_one_close_only(master, signed_client):
+async def test_expiry_sends_one_close_only(master, signed_client, monkeypatch):
     """Once closed for a dead key, the consumer does not go on sending close frames while the
     client's close handshake is under way."""
+    checks = CallCounter(watcher._look_up)
+    monkeypatch.setattr(watcher, "_look_up", checks)
     with override_settings(STREAM_KEY_CHECK_SECONDS=0.1, LISTEN_KEY_TTL_SECONDS=1):
         key = await sync_to_async(start)(signed_client)
         ws = await _open(key)
-        assert await ws.receive_output(timeout=3) == KEY_DEAD
-        await asyncio.sleep(0.5)
+        assert await ws.receive_output(timeout=DEADLINE_SECONDS) == KEY_DEAD
+        # Until the watcher checked 3 more times (a close frame each, were it wrong) or watches
+        # nobody any more (the consumer let go of it: nothing left to send another close).
+        loop, target = asyncio.get_running_loop(), len(checks.calls) + 3
+        await until(
+            lambda: len(checks.calls) >= target or not getattr(watcher._watchers.get(loop), "consumers", None),
+            what="more checks, or none left to make",
+        )
         extra = []
         while not ws.output_queue.empty():
             extra.append(ws.output_queue.get_nowait())
@@ -348,14 +359,18 @@ async def test_expiry_sends_one_close_only(master, signed_client):
 async def test_keepalive_keeps_the_connection_open(master, signed_client):
     with override_settings(STREAM_KEY_CHECK_SECONDS=0.2, LISTEN_KEY_TTL_SECONDS=1):
         key = await sync_to_async(start)(signed_client)
-        ws = await _open(key)
+        sent = Sent()
+        ws = await _open(key, sent)
         for _ in range(5):  # 2.5 s: well past the 1 s TTL
             await asyncio.sleep(0.5)
+            last_asked = time.monotonic()
             assert (await sync_to_async(keepalive)(signed_client, key)).json() == {}
             assert ws.output_queue.empty()
         stopped = time.monotonic()
-        assert await ws.receive_output(timeout=3) == KEY_DEAD
-        assert time.monotonic() - stopped <= 1.6
+        closed = await sent.first(KEY_DEAD)
+        assert closed - last_asked >= 0.99, closed - last_asked  # the last keepalive's full TTL...
+        assert closed - stopped <= 1.6, closed - stopped  # ... and no longer
+        assert await ws.receive_output(timeout=DEADLINE_SECONDS) == KEY_DEAD
         await ws.disconnect()
 
 
@@ -364,10 +379,14 @@ async def test_keepalive_keeps_the_connection_open(master, signed_client):
 async def test_max_connection_age_closes_the_connection(master):
     with override_settings(STREAM_MAX_CONNECTION_SECONDS=1):
         key = await sync_to_async(services.listen_key_start)(account=master)
+        opening = time.monotonic()
+        sent = Sent()
+        ws = await _open(key, sent)
         opened = time.monotonic()
-        ws = await _open(key)
-        assert await ws.receive_output(timeout=3) == MAX_AGE
-        assert 0.9 <= time.monotonic() - opened <= 1.8
+        closed = await sent.first(MAX_AGE)  # when the server sent it
+        assert closed - opening >= 0.99, closed - opening
+        assert closed - opened <= 1.8, closed - opened
+        assert await ws.receive_output(timeout=DEADLINE_SECONDS) == MAX_AGE
         await ws.disconnect()
     # The key itself is still alive: only the connection aged out.
     assert await sync_to_async(store().owner)(key) == master.pk

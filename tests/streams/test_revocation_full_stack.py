@@ -4,7 +4,7 @@ an API key. Every server's connections on its listenKeys close at once; the caps
 count the connections of both servers.
 
 Uses the servers of tests/streams/test_full_stack.py (tests/support/stack.py), on a database of its
-own, `<FULLSTACK_DATABASE_NAME>_rev`, and the same Redis database, flushed before and after; skipped
+own, `<FULLSTACK_DATABASE_NAME>_rev`, and the same Redis database, flushed before and after; fails
 when PostgreSQL or Redis is down.
 """
 

@@ -29,7 +29,13 @@ from accounts.ledger.models import BusinessType, Posting
 from accounts.models import ApiKeyType, Balance, User
 from exchange.api import ratelimit
 from subaccounts import collection as collection_service
-from subaccounts.models import CollectionStatus, FundCollection, FundCollectionOutcome, OutcomeStatus
+from subaccounts.models import (
+    CollectionStatus,
+    FundCollection,
+    FundCollectionOutcome,
+    OutcomeStatus,
+    SubAccountTransfer,
+)
 from subaccounts.tasks import fund_collection_task
 from tests.subaccounts import helpers as h
 from tests.support.assertions import assert_balance, assert_error, assert_ledger_balanced
@@ -633,15 +639,37 @@ def test_a_collection_racing_transfers_conserves_the_family(race_family):
                 outcomes.append(response.status_code)
             return outcomes
         client = _client(family.master)
+        answers = []
         for n in range(15):
             source, target = emails[(i + n) % 3], emails[(i + n + 1) % 3]
             params = {"asset": "BTC", "amount": "0.37", "recvWindow": 60000, "clientTranId": f"t-{i}-{n}"}
             params.update({k: v for k, v in (("fromEmail", source), ("toEmail", target)) if v})
-            client.post(h.UNIVERSAL, params)
-        return None
+            response = client.post(h.UNIVERSAL, params)
+            answers.append((f"t-{i}-{n}", response.status_code, response.json()))
+        return answers
 
     results = run_at_once(9, work)
     assert results[0] == [200] * 5, results[0]
+    # Every transfer thread finished and every one of the 120 transfers was answered: a move (result
+    # true) or a recorded refusal for want of balance (result false, nothing moved), each as stored.
+    errors = [r for r in results[1:] if not isinstance(r, list)]
+    assert not errors, errors
+    answers = [answer for thread in results[1:] for answer in thread]
+    assert len(answers) == 120
+    stored = {t.client_tran_id: t for t in SubAccountTransfer.objects.filter(master=family.master.user)}
+    assert len(stored) == 120, sorted(stored)
+    moved = 0
+    for tran_id, status, body in answers:
+        assert status == 200, (tran_id, status, body)
+        assert body in ({"clientTransferId": tran_id, "result": True}, {"clientTransferId": tran_id, "result": False})
+        transfer = stored[tran_id]
+        if body["result"]:
+            moved += 1
+            assert (transfer.status, transfer.amount) == ("success", Decimal("0.37")), tran_id
+            assert transfer.posting.entries.get(account=transfer.from_account).amount == Decimal("0.37")
+        else:
+            assert (transfer.status, transfer.posting) == ("failed", None), tran_id
+    assert moved > 0  # the race raced: transfers moved money while the collections ran
     total = sum((free(m.user, "BTC") for m in members), Decimal(0))
     assert total == Decimal("20")
     for collection in FundCollection.objects.all():

@@ -112,7 +112,10 @@ def ms(moment) -> int:
 
 
 def test_last_30_days_by_default(moves):
-    age("a", 31)
+    """d, 29.9 days old, is still listed; a, 30.1 days old, no longer (a window of a day or of 31
+    days fails this)."""
+    age("d", 29.9)
+    age("a", 30.1)
     assert ids(h.ok(moves.master.client.get(h.UNIVERSAL_HISTORY))) == ["d"]
 
 

@@ -11,6 +11,7 @@ one PostgreSQL and Redis do not collide) and drops and flushes what it used.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -32,23 +33,44 @@ PG_SERVER = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0
 REDIS_SERVER = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").rsplit("/", 1)[0]
 
 
-def services_unreachable(pg_server: str, redis_url: str) -> str | None:
-    """Why PostgreSQL (`pg_server`, a URL without database) or Redis cannot be reached, or None."""
-    try:
-        import psycopg
-        import redis
+# `make test` starts PostgreSQL and Redis first; a server still starting gets this long to answer.
+SERVICES_WAIT_SECONDS = float(os.environ.get("SERVICES_WAIT_SECONDS", "30"))
 
-        psycopg.connect(f"{pg_server}/postgres", connect_timeout=3).close()
-        redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
-        return f"PostgreSQL/Redis not reachable: {exc}"
-    return None
+
+@functools.cache
+def services_unreachable(pg_server: str, redis_url: str) -> str | None:
+    """Why PostgreSQL (`pg_server`, a URL without database) or Redis cannot be reached within
+    SERVICES_WAIT_SECONDS, or None. Asked once per run and servers."""
+    import psycopg
+    import redis
+
+    deadline = time.monotonic() + SERVICES_WAIT_SECONDS
+    while True:
+        try:
+            psycopg.connect(f"{pg_server}/postgres", connect_timeout=3).close()
+            redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+            if time.monotonic() > deadline:
+                return f"PostgreSQL/Redis not reachable after {SERVICES_WAIT_SECONDS} s: {exc}"
+            time.sleep(1)
+        else:
+            return None
 
 
 def requires_services(redis_db: int) -> pytest.MarkDecorator:
-    """Skips the module only when PostgreSQL or Redis (database `redis_db`) cannot be reached."""
-    why = services_unreachable(PG_SERVER, f"{REDIS_SERVER}/{redis_db}")
-    return pytest.mark.skipif(why is not None, reason=why or "")
+    """Marks tests that start processes on PostgreSQL and Redis (database `redis_db`): they fail, with
+    the reason, when those cannot be reached; never skipped (fail_without_services, tests/conftest.py)."""
+    return pytest.mark.requires_services(redis_db)
+
+
+def fail_without_services(item: pytest.Item) -> None:
+    """At the setup of a test marked `requires_services`: fail it when its servers are unreachable."""
+    marker = item.get_closest_marker("requires_services")
+    if marker is None:
+        return
+    why = services_unreachable(PG_SERVER, f"{REDIS_SERVER}/{marker.args[0]}")
+    if why is not None:
+        pytest.fail(f"{why} (`make services` starts them)", pytrace=False)
 
 
 def free_port() -> int:

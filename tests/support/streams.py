@@ -10,13 +10,17 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from accounts import ledger
+from tests.support.waiting import recording
 
 
-def communicator(listen_key: str, client: str | None = None, headers=None) -> WebsocketCommunicator:
+def communicator(listen_key: str, client: str | None = None, headers=None, sent=None) -> WebsocketCommunicator:
     """A test client of /openapi/ws/<listen_key>; `client`: the peer address the server sees (none
-    by default, as on a unix socket: not counted per IP)."""
+    by default, as on a unix socket: not counted per IP); `sent`: a tests.support.waiting.Sent that
+    records when the server sent each message."""
     from exchange.asgi import application
 
+    if sent is not None:
+        application = recording(application, sent)
     ws = WebsocketCommunicator(application, f"/openapi/ws/{listen_key}", headers=headers)
     if client is not None:
         ws.scope["client"] = [client, 50000]

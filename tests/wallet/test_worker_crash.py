@@ -18,7 +18,7 @@ its PYTHONPATH and imported with Celery's `--include`):
   running, and again at the broadcast until both got there, so two deliveries for one withdrawal
   really run at the same time and race to settle.
 
-The module is skipped only when PostgreSQL or Redis cannot be reached (`make test` starts them).
+The module fails (never skips) when PostgreSQL or Redis cannot be reached (`make test` starts them).
 Runs that share one PostgreSQL and Redis at the same time need their own CRASH_DATABASE_NAME and
 CRASH_REDIS_DB (the module drops the database and flushes the Redis database it uses).
 """
