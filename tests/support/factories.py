@@ -28,7 +28,7 @@ from accounts import demo as accounts_demo
 from accounts import ledger
 from accounts import services as account_services
 from accounts.ledger.services import funding_post
-from accounts.models import ApiKey, Asset, SystemRole, User
+from accounts.models import ApiKey, ApiKeyType, Asset, SystemRole, User
 from convert import demo as convert_demo
 from convert import errors as convert_errors
 from convert import services as convert_services
@@ -524,3 +524,26 @@ class FundCollectionFactory(factory.Factory):
         if run:
             collection = collection_services.fund_collection_run(collection_id=collection.pk)
         return collection
+
+
+def demo_accounts() -> dict[str, dict]:
+    """The demo world's accounts alone, in the `demo` fixture's shape: its master (e-mail, phone),
+    the master's sub-account and an unrelated peer, each with a key ("demo") and the demo's funding
+    (accounts.demo.FUNDING, through the ledger), and the master's read-only key. No networks,
+    whitelist, markets or house liquidity: for tests of several related accounts with known
+    balances that do not test the demo world itself."""
+    master = UserFactory(**accounts_demo.MASTER)
+    users = {
+        "master": master,
+        "sub": UserFactory(**accounts_demo.SUB, master=master),
+        "peer": UserFactory(**accounts_demo.PEER),
+    }
+    world = {}
+    for role, user in users.items():
+        api_key, secret = ApiKeyFactory(user=user, name="demo")
+        for code, amount in accounts_demo.FUNDING[role].items():
+            fund(user, code, amount)
+        world[role] = {"email": user.email, "phone": user.phone, "api_key": api_key.key, "secret_key": secret}
+    api_key, secret = ApiKeyFactory(user=master, name="demo-readonly", types=[ApiKeyType.READ_ONLY])
+    world["readonly"] = {"email": master.email, "api_key": api_key.key, "secret_key": secret}
+    return world
