@@ -526,12 +526,13 @@ class FundCollectionFactory(factory.Factory):
         return collection
 
 
-def demo_accounts() -> dict[str, dict]:
+def demo_accounts(*, wallet: bool = False) -> dict[str, dict]:
     """The demo world's accounts alone, in the `demo` fixture's shape: its master (e-mail, phone),
     the master's sub-account and an unrelated peer, each with a key ("demo") and the demo's funding
-    (accounts.demo.FUNDING, through the ledger), and the master's read-only key. No networks,
-    whitelist, markets or house liquidity: for tests of several related accounts with known
-    balances that do not test the demo world itself."""
+    (accounts.demo.FUNDING, through the ledger), and the master's read-only key; with `wallet=True`
+    the demo's networks and the master's whitelist entry on each (as wallet.demo makes them). No
+    markets or house liquidity: for tests of several related accounts with known balances that do
+    not test the demo world itself."""
     master = UserFactory(**accounts_demo.MASTER)
     users = {
         "master": master,
@@ -546,4 +547,6 @@ def demo_accounts() -> dict[str, dict]:
         world[role] = {"email": user.email, "phone": user.phone, "api_key": api_key.key, "secret_key": secret}
     api_key, secret = ApiKeyFactory(user=master, name="demo-readonly", types=[ApiKeyType.READ_ONLY])
     world["readonly"] = {"email": master.email, "api_key": api_key.key, "secret_key": secret}
+    for network in demo_networks() if wallet else ():
+        WhitelistAddressFactory(account=master, network=network, name=f"demo {network.coin.code} {network.network}")
     return world
