@@ -3,24 +3,38 @@ the assertions fail when they should."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from accounts.models import Asset, Posting, SystemRole, User
+from convert.models import OrderStatus
+from subaccounts.models import CollectionStatus
 from tests.support.assertions import assert_balance, assert_error, assert_ledger_balanced
 from tests.support.client import SignedClient
 from tests.support.factories import (
     ApiKeyFactory,
     AssetFactory,
+    DepositFactory,
+    FundCollectionFactory,
     NetworkFactory,
+    OrderFactory,
+    QuoteFactory,
+    SubAccountTransferFactory,
+    TransferFactory,
     UserFactory,
     WhitelistAddressFactory,
+    WithdrawalFactory,
+    convert_markets,
     customer,
     demo_networks,
     deposit,
     fund,
+    sub_account,
 )
+from wallet.models import DepositStatus, WithdrawalStage
 
 pytestmark = pytest.mark.django_db
 
@@ -92,4 +106,74 @@ def test_the_example_of_tests_readme():
     )
     assert_error(response, -1131, 400)
     assert_balance(alice.user, "PHP", "100")
+    assert_ledger_balanced()
+
+
+# --- money movements: made by the services, the ledger balanced after each --------------------------
+
+
+def test_deposits_are_credited_by_the_wallet_once_successful():
+    user = UserFactory()
+    credited = DepositFactory(account=user, amount="12.5", confirmations=7, age=timedelta(days=2))
+    assert (credited.status, credited.confirmations, credited.credited_at is not None) == (
+        DepositStatus.SUCCESS,
+        7,
+        True,
+    )
+    assert credited.inserted_at < timezone.now() - timedelta(days=1)
+    assert Posting.objects.filter(kind="CHAIN_DEPOSIT", reference=f"deposit:{credited.pk}").count() == 1
+    for status in (DepositStatus.PROCESSING, DepositStatus.FAILED, DepositStatus.NEED_FILL_DATA):
+        assert DepositFactory(account=user, status=status, coin="BTC", network="BTC").status == status
+    assert_balance(user, "USDT", "12.5")
+    assert_balance(user, "BTC", 0)
+    assert_ledger_balanced()
+
+
+def test_withdrawals_are_applied_and_settled_by_the_wallet():
+    user = UserFactory()
+    done = WithdrawalFactory(account=user, withdraw_order_id="wo-1", tx_id="ab" * 32, confirmations=4)
+    assert (done.stage, done.tx_id, done.confirmations, done.fee) == (WithdrawalStage.SUCCEEDED, "ab" * 32, 4, 1)
+    queued = WithdrawalFactory(account=user, stage=WithdrawalStage.QUEUED, age=timedelta(days=8))
+    assert queued.applied_at < timezone.now() - timedelta(days=7)
+    failed = WithdrawalFactory(account=user, stage=WithdrawalStage.FAILED)
+    assert failed.info == "rejected by operations"
+    for stage in (WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.BROADCASTING):
+        assert WithdrawalFactory(account=user, stage=stage).stage == stage
+    eth = WithdrawalFactory(account=user, coin="ETH", network="ETH", amount="0.1")
+    assert eth.network.coin.code == "ETH"
+    assert_balance(user, "USDT", "11", locked="33")  # failed: released; 3 holds of 11; the rest sent
+    assert_balance(user, "ETH", 0)
+    assert_ledger_balanced()
+
+
+def test_transfers_quotes_and_orders_are_made_by_their_services(settings):
+    settings.CONVERT_QUOTE_INTERVAL_MS = 0
+    alice, bob = UserFactory(), UserFactory()
+    transfer = TransferFactory(sender=alice, recipient=bob, amount="2.5", client_transfer_id="t-1")
+    assert (transfer.sender_id, transfer.recipient_id, transfer.client_transfer_id) == (alice.pk, bob.pk, "t-1")
+    assert_balance(alice, "USDT", 0)
+    assert_balance(bob, "USDT", "2.5")
+    convert_markets()
+    quote = QuoteFactory(user=alice, source="PHP", target="USDT", source_amount="100")
+    assert quote.pair.source.code == "PHP"
+    order = OrderFactory(user=alice, source="BTC", target="PHP", source_amount="0.01")
+    assert order.status == OrderStatus.SUCCESS
+    assert_balance(alice, "BTC", 0)
+    assert OrderFactory(user=alice, source="BTC", outcome="insufficient").status == OrderStatus.FAILED
+    assert OrderFactory(user=alice, outcome="expire").status == OrderStatus.FAILED
+    assert_ledger_balanced()
+
+
+def test_sub_account_transfers_and_collections_are_made_by_their_services():
+    master = UserFactory()
+    sub = sub_account(master)
+    assert (sub.master_id, sub.is_virtual) == (master.pk, True)
+    SubAccountTransferFactory(master=master, target=sub, amount=Decimal(3))
+    SubAccountTransferFactory(master=master, source=sub, target=master, amount=Decimal(1), funded=False)
+    assert_balance(sub, "USDT", "2")
+    collected = FundCollectionFactory(master=master, run=True)
+    assert collected.status == CollectionStatus.SUCCESS
+    assert_balance(sub, "USDT", 0)
+    assert_balance(master, "USDT", "3")
+    assert FundCollectionFactory(master=master).status == CollectionStatus.INIT
     assert_ledger_balanced()

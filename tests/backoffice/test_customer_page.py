@@ -17,7 +17,7 @@ from convert import services as convert_services
 from exchange.roles import SUPPORT
 from streams import services as stream_services
 from tests.support.assertions import assert_ledger_balanced
-from tests.support.factories import ApiKeyFactory, deposit
+from tests.support.factories import ApiKeyFactory, convert_markets, demo_accounts, deposit
 from tests.support.staff import logged_in, staff_member
 from wallet import services as wallet_services
 from wallet.transfers import services as transfer_services
@@ -36,9 +36,12 @@ def support(db) -> Client:
 
 
 @pytest.fixture
-def master(demo, settings) -> User:
+def master(db, settings) -> User:
+    """The demo's master (its accounts, networks, whitelist and the convert markets, by the factories)."""
     settings.TRAVEL_RULE_THRESHOLD = Decimal(0)
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(10**9)
+    demo_accounts(wallet=True)
+    convert_markets()
     return User.objects.get(email=MASTER)
 
 

@@ -25,7 +25,7 @@ from exchange.roles import SUPPORT
 from subaccounts.models import CollectionStatus, FundCollection
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.backoffice import trx_withdrawal
-from tests.support.factories import UserFactory, deposit, fund
+from tests.support.factories import UserFactory, convert_markets, demo_accounts, deposit, fund
 from tests.support.staff import logged_in, staff_member
 from wallet import services as wallet_services
 from wallet.models import Deposit, DepositStatus, Network, Withdrawal, WithdrawalStage
@@ -47,13 +47,10 @@ def support(db) -> Client:
     return logged_in(staff_member(SUPPORT))
 
 
-def _demo_master(demo):
-
-    return (
-        User.objects.get(email=demo["accounts"][0]["email"])
-        if "accounts" in demo
-        else User.objects.filter(system_role__isnull=True, master__isnull=True, is_staff=False).order_by("id").first()
-    )
+@pytest.fixture
+def master(db) -> User:
+    """The demo's master among the demo's accounts, networks and whitelist (the factories' demo_accounts)."""
+    return User.objects.get(email=demo_accounts(wallet=True)["master"]["email"])
 
 
 def _positions_by_direct_query() -> dict[str, dict[str, Decimal]]:
@@ -79,8 +76,8 @@ def _cell(html: str, asset: str, field: str) -> Decimal:
     return Decimal(re.search(rf'data-field="{field}">([^<]*)<', row).group(1).strip())
 
 
-def test_liabilities_and_house_accounts_equal_the_ledger(demo, support):
-    master = _demo_master(demo)
+def test_liabilities_and_house_accounts_equal_the_ledger(master, support):
+    convert_markets()  # the house's convert liquidity: one more role with balances
     deposit(master, "2.5", "BTC")
     trx_withdrawal(master, "10")  # held: locked until it settles
     response = support.get(DASHBOARD)
@@ -111,8 +108,7 @@ def _activity(client: Client, day=None) -> dict:
     return {(r["category"], r["asset"]): (r["count"], r["volume"]) for r in rows if r["day"].isoformat() == day}
 
 
-def test_activity_counts_and_volumes_of_each_kind(demo, support, settings, django_capture_on_commit_callbacks):
-    master = _demo_master(demo)
+def test_activity_counts_and_volumes_of_each_kind(master, support, settings, django_capture_on_commit_callbacks):
     other = UserFactory()
     before = _activity(support)
     deposit(master, "1.25", "BTC")
@@ -142,11 +138,10 @@ def test_activity_counts_and_volumes_of_each_kind(demo, support, settings, djang
     assert_ledger_balanced()
 
 
-def test_the_rollup_and_the_tail_add_up_to_the_journal(demo, support, settings):
+def test_the_rollup_and_the_tail_add_up_to_the_journal(master, support, settings):
     """Folding moves postings from the tail (read live) to the rollup; the page shows the same
     numbers before and after, and a rebuild from the whole journal gives the same rollup."""
     settings.DASHBOARD_ROLLUP_LAG_SECONDS = 0
-    master = _demo_master(demo)
     deposit(master, "1", "BTC")
     unfolded = _activity(support)
     assert activity.activity_fold() > 0
@@ -162,17 +157,17 @@ def test_the_rollup_and_the_tail_add_up_to_the_journal(demo, support, settings):
     assert len(sorted(DailyActivity.objects.values_list("day", "category", "asset_id", "count", "volume"))) >= len(rows)
 
 
-def test_the_fold_leaves_postings_younger_than_the_lag(demo, settings):
+def test_the_fold_leaves_postings_younger_than_the_lag(master, settings):
     settings.DASHBOARD_ROLLUP_LAG_SECONDS = 3600
-    deposit(_demo_master(demo), "1", "BTC")
+    deposit(master, "1", "BTC")
     activity.activity_fold()
     assert (ActivityRollup.objects.get().folded_through or 0) < ledger_max_posting()
 
 
-def test_the_page_folds_a_long_tail_itself(demo, support, settings):
+def test_the_page_folds_a_long_tail_itself(master, support, settings):
     settings.DASHBOARD_ROLLUP_LAG_SECONDS = 0
     settings.DASHBOARD_FOLD_IN_VIEW_POSTINGS = 0
-    deposit(_demo_master(demo), "1", "BTC")
+    deposit(master, "1", "BTC")
     support.get(DASHBOARD)
     assert ActivityRollup.objects.get().folded_through == ledger_max_posting()
 
@@ -186,8 +181,7 @@ def ledger_max_posting() -> int:
 # --- queues ----------------------------------------------------------------------------------------
 
 
-def test_queues_count_and_link_to_exactly_their_rows(demo, support, settings):
-    master = _demo_master(demo)
+def test_queues_count_and_link_to_exactly_their_rows(master, support, settings):
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("100")  # PHP; 10 USDT is above it
     awaiting = [trx_withdrawal(master, "10"), trx_withdrawal(master, "11")]
     assert {w.stage for w in awaiting} == {WithdrawalStage.AWAITING_APPROVAL}

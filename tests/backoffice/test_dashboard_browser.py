@@ -15,7 +15,7 @@ from accounts.models import User
 from exchange.roles import SUPPORT
 from streams import services as stream_services
 from tests.support.browser import login, screenshot
-from tests.support.factories import TEST_PASSWORD, deposit
+from tests.support.factories import TEST_PASSWORD, demo_accounts, deposit
 from tests.support.staff import staff_member
 from wallet.transfers import services as transfer_services
 
@@ -32,8 +32,9 @@ CANVAS_INK = """(id) => {
 }"""
 
 
-def test_support_sees_the_dashboard_chart_and_a_customer(live_server, page, demo, settings):
+def test_support_sees_the_dashboard_chart_and_a_customer(live_server, page, settings):
     settings.TRAVEL_RULE_THRESHOLD = Decimal(0)
+    demo_accounts(wallet=True)  # the demo's accounts, networks and whitelist, by the factories
     master = User.objects.get(email=MASTER)
     deposit(master, "1.5", "BTC")  # activity today: the chart has a bar
     transfer_services.transfer_create(  # and the customer page has a transfer and a listenKey

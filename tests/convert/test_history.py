@@ -9,11 +9,10 @@ from decimal import Decimal, localcontext
 
 import pytest
 
-from convert import errors, services
-from convert.models import Order, Quote
+from convert.models import Order
 from tests.convert.helpers import EXPIRED, HISTORY, INSUFFICIENT, ok
 from tests.support.assertions import assert_error
-from tests.support.factories import customer
+from tests.support.factories import OrderFactory, customer
 
 T0 = datetime(2026, 1, 1, 0, 0, 0, 500, tzinfo=UTC)  # half a millisecond past a whole one
 T0_MS = 1767225600000
@@ -35,32 +34,41 @@ FIELDS = {
 }
 
 
-def _order(user, source, target, amount, *, at: datetime, outcome: str = "accept") -> Order:
-    q = services.quote_create(user=user, source_code=source, target_code=target, source_amount=Decimal(amount))
-    if outcome == "expire":
-        Quote.objects.filter(pk=q.pk).update(expires_at=q.created_at)
-    try:
-        services.quote_accept(user=user, quote_id=q.quote_id)
-    except errors.ConvertError:
-        assert outcome != "accept"
-    order = Order.objects.get(quote=q)
-    Order.objects.filter(pk=order.pk).update(created_at=at)
-    return Order.objects.select_related("pair__source", "pair__target", "quote").get(pk=order.pk)
-
-
 @pytest.fixture
 def world(convert_world):
     alice = customer(funding={"BTC": "1", "PHP": "1000000", "USDT": "1000"})
     bob = customer(funding={"BTC": "1"})
     second = timedelta(seconds=1)
     orders = [
-        _order(alice.user, "BTC", "PHP", "0.01", at=T0),
-        _order(alice.user, "BTC", "USDT", "0.02", at=T0 + second, outcome="expire"),
-        _order(alice.user, "PHP", "BTC", "52000", at=T0 + 2 * second),
-        _order(alice.user, "PHP", "USDT", "2000000", at=T0 + 3 * second, outcome="insufficient"),
-        _order(alice.user, "USDT", "PHP", "100", at=T0 + 4 * second),
+        OrderFactory(user=alice.user, source="BTC", target="PHP", source_amount="0.01", created_at=T0, funded=False),
+        OrderFactory(
+            user=alice.user,
+            source="BTC",
+            target="USDT",
+            source_amount="0.02",
+            created_at=T0 + second,
+            outcome="expire",
+            funded=False,
+        ),
+        OrderFactory(
+            user=alice.user, source="PHP", target="BTC", source_amount="52000", created_at=T0 + 2 * second, funded=False
+        ),
+        OrderFactory(
+            user=alice.user,
+            source="PHP",
+            target="USDT",
+            source_amount="2000000",
+            created_at=T0 + 3 * second,
+            outcome="insufficient",
+            funded=False,
+        ),
+        OrderFactory(
+            user=alice.user, source="USDT", target="PHP", source_amount="100", created_at=T0 + 4 * second, funded=False
+        ),
     ]
-    _order(bob.user, "BTC", "PHP", "0.01", at=T0 + second)  # not alice's: never listed
+    OrderFactory(
+        user=bob.user, source="BTC", target="PHP", source_amount="0.01", created_at=T0 + second, funded=False
+    )  # not alice's: never listed
     return alice, orders
 
 
@@ -166,7 +174,17 @@ def test_pages(world):
 
 def test_the_default_page_is_ten(convert_world):
     alice = customer(funding={"BTC": "1"})
-    made = [_order(alice.user, "BTC", "PHP", "0.001", at=T0 + timedelta(seconds=i)) for i in range(12)]
+    made = [
+        OrderFactory(
+            user=alice.user,
+            source="BTC",
+            target="PHP",
+            source_amount="0.001",
+            created_at=T0 + timedelta(seconds=i),
+            funded=False,
+        )
+        for i in range(12)
+    ]
     data, total = ok(alice.client.post(HISTORY), total=True)
     assert (_ids(data), total) == ([str(o.pk) for o in made[:10]], 12)
 

@@ -17,9 +17,9 @@ from accounts.ledger.check import ledger_check
 from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry
 from accounts.models import SystemRole, User
-from tests.support.factories import WhitelistAddressFactory, demo_networks, fund
+from tests.support.factories import DepositFactory, TransferFactory, WithdrawalFactory, demo_networks, fund
 from wallet import services
-from wallet.models import Deposit, DepositStatus, Network, Transfer, TransferFee, Withdrawal, WithdrawalStage
+from wallet.models import Transfer, TransferFee, Withdrawal, WithdrawalStage
 from wallet.transfers import services as transfers
 
 COIN = "USDT"
@@ -34,10 +34,6 @@ def _world(db, settings):
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
 
 
-def _network() -> Network:
-    return Network.objects.get(coin__code=COIN, network="TRX")
-
-
 def _free(account_id: int) -> Decimal:
     row = Balance.objects.filter(account_id=account_id, asset__code=COIN).values_list("free", flat=True).first()
     return row if row is not None else Decimal(0)
@@ -45,42 +41,6 @@ def _free(account_id: int) -> Decimal:
 
 def _role_free(role: SystemRole) -> Decimal:
     return sum((_free(shard) for shard in ledger.role_account_ids(role)), Decimal(0))
-
-
-def _deposit(user: User, amount: str, tx_id: str) -> Deposit:
-    """A confirmed deposit credited through the wallet's own path (deposit_advance)."""
-    network = _network()
-    deposit = Deposit.objects.create(
-        account=user,
-        network=network,
-        address=f"addr-{user.pk}",
-        amount=Decimal(amount),
-        tx_id=tx_id,
-        confirmations=network.min_confirm,
-        status=DepositStatus.PROCESSING,
-    )
-    deposit = services.deposit_advance(deposit=deposit)
-    assert deposit.status == DepositStatus.SUCCESS
-    return deposit
-
-
-def _withdraw(user: User, amount: str, order_id: str) -> Withdrawal:
-    address = WhitelistAddressFactory(account=user, network=_network()).address
-    return services.withdrawal_apply(
-        account=user,
-        coin=COIN,
-        network="TRX",
-        address=address,
-        tag="",
-        amount=Decimal(amount),
-        withdraw_order_id=order_id,
-    )
-
-
-def _transfer(sender: User, recipient: User, amount: str) -> Transfer:
-    return transfers.transfer_create(
-        sender=sender, asset_code=COIN, target_address=recipient.email, amount=Decimal(amount)
-    )
 
 
 def _shards(user: User) -> tuple[int, int]:
@@ -103,8 +63,8 @@ class Holder(threading.Thread):
     def run(self) -> None:
         try:
             with transaction.atomic():
-                _deposit(self.user, "20", "hold-1")
-                _transfer(self.user, self.recipient, "5")
+                DepositFactory(account=self.user, amount="20", tx_id="hold-1")
+                TransferFactory(sender=self.user, recipient=self.recipient, amount="5", funded=False)
                 self.holding.set()
                 assert self.release.wait(60), "never released"
         except BaseException as exc:  # noqa: BLE001 - asserted by the test
@@ -126,11 +86,17 @@ class Mover(threading.Thread):
     def run(self) -> None:
         try:
             if "deposit" in self.steps:
-                _deposit(self.user, "30", "move-1")
+                DepositFactory(account=self.user, amount="30", tx_id="move-1")
             if "transfer" in self.steps:
-                _transfer(self.user, self.recipient, "4")
+                TransferFactory(sender=self.user, recipient=self.recipient, amount="4", funded=False)
             if "withdraw" in self.steps:
-                self.withdrawal = _withdraw(self.user, "10", "move-w1")
+                self.withdrawal = WithdrawalFactory(
+                    account=self.user,
+                    amount="10",
+                    withdraw_order_id="move-w1",
+                    stage=WithdrawalStage.QUEUED,
+                    funded=False,
+                )
         except BaseException as exc:  # noqa: BLE001 - asserted by the test
             self.error = exc
         finally:
@@ -245,9 +211,11 @@ def test_the_book_sums_to_zero_over_the_shards(make_user):
     users = [make_user() for _ in range(20)]
     sink = make_user()
     for n, user in enumerate(users):
-        _deposit(user, "50", f"book-{n}")
-        _transfer(user, sink, "3")
-        _withdraw(user, "10", f"book-w{n}")  # queued: the test's transaction never commits
+        DepositFactory(account=user, amount="50", tx_id=f"book-{n}")
+        TransferFactory(sender=user, recipient=sink, amount="3", funded=False)
+        WithdrawalFactory(
+            account=user, amount="10", withdraw_order_id=f"book-w{n}", stage=WithdrawalStage.QUEUED, funded=False
+        )  # queued: the test's transaction never commits
     for withdrawal in Withdrawal.objects.filter(account__in=users):
         services.withdrawal_process(withdrawal_id=withdrawal.pk)
     assert set(Withdrawal.objects.filter(account__in=users).values_list("stage", flat=True)) == {
@@ -290,7 +258,7 @@ def test_the_refund_comes_from_the_shard_that_took_the_fee_whatever_the_count_no
     sender, recipient = make_user(), make_user()
     fund(sender, COIN, "100")
     credited = ledger.shard_account_id(SystemRole.FEES, sender.pk)
-    transfer = _transfer(sender, recipient, "10")
+    transfer = TransferFactory(sender=sender, recipient=recipient, amount="10", funded=False)
     assert _free(credited) == TRANSFER_FEE
     # The count changes: the sender's shard today is another account (shard 0 with one shard).
     settings.HOUSE_ACCOUNT_SHARDS = {**settings.HOUSE_ACCOUNT_SHARDS, "fees": 1}
@@ -313,7 +281,7 @@ def test_a_transfer_from_before_the_shards_is_refunded_from_shard_0(make_user, o
         sender = recipient
         recipient = make_user()
     fund(sender, COIN, "100")
-    transfer = _transfer(sender, recipient, "10")
+    transfer = TransferFactory(sender=sender, recipient=recipient, amount="10", funded=False)
     settings.HOUSE_ACCOUNT_SHARDS = {**settings.HOUSE_ACCOUNT_SHARDS, "fees": 16}
     shard0 = ledger.system_account_id(SystemRole.FEES)
     assert ledger.shard_account_id(SystemRole.FEES, sender.pk) != shard0
@@ -338,11 +306,11 @@ def test_a_short_shard_refunds_what_it_holds_and_the_richest_other_shards_the_re
         fund(user, COIN, "100")
     for n, user in enumerate(others):
         for _ in range(n + 1):
-            _transfer(user, recipient, "1")
+            TransferFactory(sender=user, recipient=recipient, amount="1", funded=False)
     credited = ledger.shard_account_id(SystemRole.FEES, sender.pk)
     richest = ledger.shard_account_id(SystemRole.FEES, others[1].pk)  # 2 fees
     assert len({credited, richest, ledger.shard_account_id(SystemRole.FEES, others[0].pk)}) == 3
-    transfer = _transfer(sender, recipient, "10")
+    transfer = TransferFactory(sender=sender, recipient=recipient, amount="10", funded=False)
     _sweep(credited, Decimal("0.3"))  # 0.2 of the 0.5 fee left
     fees_before = _role_free(SystemRole.FEES)
     transfers.transfer_reverse(transfer=transfer, reversed_by=operator, reason="short shard")
@@ -363,7 +331,7 @@ def test_a_short_shard_refunds_what_it_holds_and_the_richest_other_shards_the_re
 def test_a_refund_nobody_can_pay_is_refused_and_moves_nothing(make_user, operator):
     sender, recipient = make_user(), make_user()
     fund(sender, COIN, "100")
-    transfer = _transfer(sender, recipient, "10")
+    transfer = TransferFactory(sender=sender, recipient=recipient, amount="10", funded=False)
     credited = ledger.shard_account_id(SystemRole.FEES, sender.pk)
     _sweep(credited, TRANSFER_FEE)  # no fees left anywhere
     assert _role_free(SystemRole.FEES) == 0
@@ -375,7 +343,7 @@ def test_a_refund_nobody_can_pay_is_refused_and_moves_nothing(make_user, operato
     # The recipient short (the fees shard holding the fee): refused as before, nothing moved.
     other = make_user()
     fund(other, COIN, "100")
-    second = _transfer(other, recipient, "10")
+    second = TransferFactory(sender=other, recipient=recipient, amount="10", funded=False)
     transfers.transfer_create(sender=recipient, asset_code=COIN, target_address=other.email, amount=Decimal("19"))
     with pytest.raises(InsufficientBalance):
         transfers.transfer_reverse(transfer=second, reversed_by=operator, reason="recipient spent it")

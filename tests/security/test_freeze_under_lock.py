@@ -21,6 +21,7 @@ from accounts.ledger.models import LedgerAccount
 from accounts.models import Balance, SystemRole, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
+from tests.support.factories import demo_accounts
 from wallet.models import Transfer
 from wallet.transfers import services as transfer_services
 
@@ -33,7 +34,13 @@ def may_send(email: str) -> bool:
     return LedgerAccount.objects.get(user__email=email).may_send
 
 
-def test_the_database_keeps_may_send_from_the_account(demo, make_user):
+@pytest.fixture
+def parties(db) -> dict[str, dict]:
+    """The demo's master and peer with their keys and funding (the factories' demo_accounts)."""
+    return demo_accounts()
+
+
+def test_the_database_keeps_may_send_from_the_account(parties, make_user):
     assert may_send(PEER)
     for flags, expected in (
         ({"is_frozen": True}, False),
@@ -52,9 +59,9 @@ def test_the_database_keeps_may_send_from_the_account(demo, make_user):
     assert LedgerAccount.objects.get(user=make_user()).may_send is True
 
 
-def test_a_freeze_the_process_has_not_heard_of_still_stops_the_transfer(demo, settings):
+def test_a_freeze_the_process_has_not_heard_of_still_stops_the_transfer(parties, settings):
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
-    client = SignedClient(demo["peer"]["api_key"], demo["peer"]["secret_key"])
+    client = SignedClient(parties["peer"]["api_key"], parties["peer"]["secret_key"])
     params = {"account": "PHP", "target_address": MASTER, "amount": "10"}
     assert client.post(V4, params).status_code == 200  # the keyring now caches the peer, unfrozen
     User.objects.filter(email=PEER).update(is_frozen=True)  # committed elsewhere; no eviction here
@@ -69,9 +76,7 @@ def test_a_freeze_the_process_has_not_heard_of_still_stops_the_transfer(demo, se
 def test_a_transfer_waits_for_a_freeze_in_progress_and_is_refused(transactional_db, settings):
     """Real transactions: the freeze holds the peer's ledger row (its trigger updates it) while a
     transfer of the peer waits for that lock; the freeze commits; the transfer is refused."""
-    from django.core.management import call_command
-
-    call_command("demo", verbosity=0)
+    demo_accounts()
     peer = User.objects.get(email=PEER)
     dsn = connection.get_connection_params()
     dsn.pop("cursor_factory", None)

@@ -15,6 +15,7 @@ from accounts.ledger.models import Asset, Posting
 from accounts.models import ApiKeyType, Balance, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
+from tests.support.factories import demo_accounts
 from wallet.models import Transfer, Withdrawal
 from wallet.transfers import services as transfer_services
 
@@ -27,7 +28,9 @@ BTC_WHITELISTED = "bc1qdemo0master0whitelist0address0000000"
 
 
 @pytest.fixture(autouse=True)
-def _raised_limits(demo, settings):
+def _raised_limits(db, settings):
+    """The demo's accounts, networks and master's whitelist (the factories' demo_accounts)."""
+    demo_accounts(wallet=True)
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
 

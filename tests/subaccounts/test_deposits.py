@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from decimal import Decimal
-from itertools import count
 
 import pytest
 from django.utils import timezone
@@ -20,7 +19,7 @@ from exchange.api.ratelimit import USED_UID_WEIGHT_HEADER, USED_WEIGHT_HEADER
 from tests.subaccounts import helpers as h
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
-from tests.support.factories import ApiKeyFactory, customer, demo_networks
+from tests.support.factories import ApiKeyFactory, DepositFactory, NetworkFactory, customer, demo_networks
 from wallet.models import Deposit, DepositAddress, DepositStatus, Network
 
 ADDRESS = "/openapi/v1/sub-account/wallet/deposit/address"
@@ -34,31 +33,6 @@ USDT_TRX = {"coin": "USDT", "network": "TRX"}
 @pytest.fixture(autouse=True)
 def networks(assets) -> list[Network]:
     return demo_networks()
-
-
-def _network(coin: str = "USDT", network: str = "TRX") -> Network:
-    return Network.objects.select_related("coin").get(coin__code=coin, network=network)
-
-
-_tx = count(1)
-
-
-def _deposit(user, *, status=DepositStatus.SUCCESS, age: timedelta | None = None, coin="USDT", network="TRX", **kw):
-    n = next(_tx)
-    deposit = Deposit.objects.create(
-        account=user,
-        network=_network(coin, network),
-        address=kw.pop("address", f"TSubDeposit{n:023d}"),
-        amount=kw.pop("amount", Decimal("5")),
-        tx_id=kw.pop("tx_id", f"{n:064x}"),
-        status=status,
-        confirmations=kw.pop("confirmations", 3),
-        **kw,
-    )
-    if age is not None:
-        Deposit.objects.filter(pk=deposit.pk).update(inserted_at=timezone.now() - age)
-        deposit.refresh_from_db()
-    return deposit
 
 
 def _ms(moment) -> int:
@@ -82,8 +56,8 @@ def test_the_sub_accounts_own_address(family, coin, network):
     body = h.ok(family.master.client.get(ADDRESS, _sub1(family, coin=coin, network=network)))
     assert set(body) == {"address", "addressTag", "coin"}
     assert body["coin"] == coin
-    assert re.fullmatch(_network(coin, network).address_regex, body["address"])
-    stored = DepositAddress.objects.get(network=_network(coin, network))
+    assert re.fullmatch(NetworkFactory(coin__code=coin, network=network).address_regex, body["address"])
+    stored = DepositAddress.objects.get(network=NetworkFactory(coin__code=coin, network=network))
     assert stored.account_id == family.sub1.user.pk
     assert h.ok(family.sub1.client.get(WALLET_ADDRESS, {"coin": coin, "network": network})) == body
     assert h.ok(family.master.client.get(ADDRESS, _sub1(family, coin=coin, network=network))) == body
@@ -129,10 +103,13 @@ def test_address_required_parameters(family, missing):
 
 
 def test_history_is_the_sub_accounts_only(family, other_family):
-    mine = [_deposit(family.sub1.user, age=timedelta(hours=2)), _deposit(family.sub1.user, coin="BTC", network="BTC")]
-    _deposit(family.sub2.user)
-    _deposit(family.master.user)
-    _deposit(other_family.sub1.user)
+    mine = [
+        DepositFactory(account=family.sub1.user, age=timedelta(hours=2)),
+        DepositFactory(account=family.sub1.user, coin="BTC", network="BTC"),
+    ]
+    DepositFactory(account=family.sub2.user)
+    DepositFactory(account=family.master.user)
+    DepositFactory(account=other_family.sub1.user)
     response = family.master.client.get(HISTORY, _sub1(family))
     assert _ids(response) == [d.pk for d in mine]
     # the wallet's own records, exactly as the wallet shows them to the sub-account itself
@@ -140,7 +117,7 @@ def test_history_is_the_sub_accounts_only(family, other_family):
 
 
 def test_the_record(family):
-    deposit = _deposit(family.sub1.user, amount=Decimal("12.5"), confirmations=7)
+    deposit = DepositFactory(account=family.sub1.user, amount=Decimal("12.5"), confirmations=7)
     [record] = h.ok(family.master.client.get(HISTORY, _sub1(family)))
     assert record == {
         "id": str(deposit.pk),
@@ -158,15 +135,15 @@ def test_the_record(family):
 
 def test_history_ascending(family):
     user = family.sub1.user
-    a, b, c = (_deposit(user, age=age) for age in (DAY, 3 * DAY, timedelta(hours=1)))
+    a, b, c = (DepositFactory(account=user, age=age) for age in (DAY, 3 * DAY, timedelta(hours=1)))
     assert _ids(family.master.client.get(HISTORY, _sub1(family))) == [b.pk, a.pk, c.pk]
 
 
 def test_history_filters(family):
     user = family.sub1.user
-    usdt = _deposit(user)
-    btc = _deposit(user, coin="BTC", network="BTC", address="bc1qsubdeposit0000000000")
-    _deposit(family.sub2.user, tx_id="f" * 64)
+    usdt = DepositFactory(account=user)
+    btc = DepositFactory(account=user, coin="BTC", network="BTC", address="bc1qsubdeposit0000000000")
+    DepositFactory(account=family.sub2.user, tx_id="f" * 64)
     client = family.master.client
     assert _ids(client.get(HISTORY, _sub1(family, coin="BTC"))) == [btc.pk]
     assert _ids(client.get(HISTORY, _sub1(family, coin="USDT"))) == [usdt.pk]
@@ -178,15 +155,15 @@ def test_history_filters(family):
 
 
 def test_deposit_id_of_another_account_or_not_a_number(family):
-    _deposit(family.sub1.user)
-    of_sibling = _deposit(family.sub2.user)
+    DepositFactory(account=family.sub1.user)
+    of_sibling = DepositFactory(account=family.sub2.user)
     client = family.master.client
     for deposit_id in (str(of_sibling.pk), "abc", "99999999999999999999", "-1", "1.0"):
         assert _ids(client.get(HISTORY, _sub1(family, depositId=deposit_id))) == [], deposit_id
 
 
 def test_status_filter(family):
-    every = {status: _deposit(family.sub1.user, status=status) for status in (0, 1, 2, 3)}
+    every = {status: DepositFactory(account=family.sub1.user, status=status) for status in (0, 1, 2, 3)}
     for status, deposit in every.items():
         response = family.master.client.get(HISTORY, _sub1(family, status=status))
         assert _ids(response) == [deposit.pk]
@@ -201,16 +178,16 @@ def test_invalid_status(family, status):
 
 def test_default_window_is_the_last_90_days(family):
     user = family.sub1.user
-    _deposit(user, age=91 * DAY)
-    recent = _deposit(user, age=89 * DAY)
+    DepositFactory(account=user, age=91 * DAY)
+    recent = DepositFactory(account=user, age=89 * DAY)
     assert _ids(family.master.client.get(HISTORY, _sub1(family))) == [recent.pk]
 
 
 def test_explicit_window(family):
     user = family.sub1.user
-    old = _deposit(user, age=100 * DAY)
-    middle = _deposit(user, age=50 * DAY)
-    _deposit(user, age=DAY)
+    old = DepositFactory(account=user, age=100 * DAY)
+    middle = DepositFactory(account=user, age=50 * DAY)
+    DepositFactory(account=user, age=DAY)
     now = timezone.now()
     client = family.master.client
     window = {"startTime": _ms(now - 120 * DAY), "endTime": _ms(now - 40 * DAY)}
@@ -234,7 +211,7 @@ def test_window_refusals(family, start_days_ago, end_days_ago):
 
 
 def test_offset_and_limit(family):
-    deposits = [_deposit(family.sub1.user, age=timedelta(minutes=60 - i)) for i in range(5)]
+    deposits = [DepositFactory(account=family.sub1.user, age=timedelta(minutes=60 - i)) for i in range(5)]
     ids = [d.pk for d in deposits]
     client = family.master.client
     assert _ids(client.get(HISTORY, _sub1(family, limit=2))) == ids[:2]
@@ -254,7 +231,7 @@ def test_default_limit_is_1000(family):
     Deposit.objects.bulk_create(
         Deposit(
             account=family.sub1.user,
-            network=_network(),
+            network=NetworkFactory(coin__code="USDT", network="TRX"),
             address="TSubDepositBulk",
             amount=Decimal(1),
             tx_id=f"bulk-{i}",
@@ -288,10 +265,10 @@ def test_a_sub_account_cannot_call_them(family, path, params):
 
 @pytest.mark.parametrize(("path", "params"), CALLS)
 def test_an_email_that_is_not_the_callers_sub_account(family, other_family, path, params):
-    _deposit(other_family.sub1.user)
-    _deposit(other_family.master.user)
+    DepositFactory(account=other_family.sub1.user)
+    DepositFactory(account=other_family.master.user)
     loner = customer(email="loner@test.example")
-    _deposit(loner.user)
+    DepositFactory(account=loner.user)
     for email in (
         other_family.sub1.user.email,
         other_family.master.user.email,
@@ -337,7 +314,7 @@ def test_weight_is_1(family, path, params):
 
 def test_the_connectors_requests(family):
     """Every parameter in the query string, values as text, the connector's names."""
-    deposit = _deposit(family.sub1.user, status=DepositStatus.SUCCESS)
+    deposit = DepositFactory(account=family.sub1.user, status=DepositStatus.SUCCESS)
     client = family.master.client
     address = h.ok(
         client.get(ADDRESS, {"email": family.sub1.user.email, "coin": "USDT", "network": "TRX", "recvWindow": "5000"})

@@ -17,19 +17,39 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 
 import factory
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
 from accounts import demo as accounts_demo
 from accounts import ledger
 from accounts import services as account_services
 from accounts.ledger.services import funding_post
-from accounts.models import ApiKey, Asset, SystemRole, User
+from accounts.models import ApiKey, ApiKeyType, Asset, SystemRole, User
+from convert import demo as convert_demo
+from convert import errors as convert_errors
+from convert import services as convert_services
+from convert.models import Order, Quote
+from subaccounts import collection as collection_services
+from subaccounts import services as subaccount_services
+from subaccounts.models import FundCollection, SubAccountTransfer
 from tests.support.client import SignedClient
 from wallet import demo as wallet_demo
-from wallet.models import Network, WhitelistAddress
+from wallet import services as wallet_services
+from wallet.models import (
+    Deposit,
+    DepositStatus,
+    Network,
+    Transfer,
+    TransferFee,
+    WhitelistAddress,
+    Withdrawal,
+    WithdrawalStage,
+)
+from wallet.transfers import services as transfer_services
 
 TEST_PASSWORD = "pw-for-tests"
 
@@ -227,3 +247,309 @@ def customer(
     for code, amount in (funding or {}).items():
         fund(account, code, amount)
     return Customer(account, api_key, secret, SignedClient(api_key.key, secret))
+
+
+# --- money movements, through the services ----------------------------------------------------------
+#
+# Each factory makes its rows the way the service does and moves money only through the service's
+# own posting (never a balance or journal row written here), so the ledger check passes after any
+# of them. What is not money (a timestamp, a chain's tx id, a stage that holds the same funds) may
+# be set afterwards on the row, to build a history. `funded=True` credits the payer first (`fund`).
+
+
+def _age(model, row, field: str, age: timedelta | None):
+    if age is not None:
+        model.objects.filter(pk=row.pk).update(**{field: timezone.now() - age})
+        row.refresh_from_db()
+    return row
+
+
+def _unique_hex() -> str:
+    return f"{time.time_ns():048x}{next(_references):016x}"
+
+
+class DepositFactory(factory.Factory):
+    """A deposit the chain showed (the row as deposit_record writes it, to any address), moved along
+    by wallet.services.deposit_advance: `status=SUCCESS` (the default) credits it through the
+    wallet's CHAIN_DEPOSIT posting; PROCESSING, NEED_FILL_DATA and FAILED credit nothing.
+    `age=timedelta(...)` dates it back (inserted_at); `confirmations` is what the record shows.
+
+        DepositFactory(account=user, amount=Decimal("12.5"), coin="BTC", network="BTC")
+    """
+
+    class Meta:
+        model = Deposit
+
+    account = factory.SubFactory(UserFactory)
+    coin = "USDT"
+    network = "TRX"
+    amount = Decimal(5)
+    address = factory.Sequence(lambda n: f"TTestDeposit{n:022d}")
+    tag = ""
+    tx_id = factory.LazyFunction(_unique_hex)
+    output_index = 0
+    confirmations = 3
+    status = DepositStatus.SUCCESS
+    age = None
+
+    @classmethod
+    def _create(cls, model_class, *args, coin, network, status, age, confirmations, **fields) -> Deposit:
+        net = NetworkFactory(coin__code=coin, network=network)
+        fields["amount"] = _amount(fields["amount"])
+        pending = DepositStatus.NEED_FILL_DATA if status == DepositStatus.NEED_FILL_DATA else DepositStatus.PROCESSING
+        deposit = Deposit.objects.create(
+            network=net,
+            status=pending,
+            travel_rule_required=pending == DepositStatus.NEED_FILL_DATA,
+            confirmations=max(confirmations, net.min_confirm) if status == DepositStatus.SUCCESS else confirmations,
+            **fields,
+        )
+        if status in (DepositStatus.SUCCESS, DepositStatus.FAILED):
+            deposit = wallet_services.deposit_advance(deposit=deposit, failed=status == DepositStatus.FAILED)
+            assert deposit.status == status, deposit.status
+        if deposit.confirmations != confirmations:  # what the record shows; no money in it
+            Deposit.objects.filter(pk=deposit.pk).update(confirmations=confirmations)
+            deposit.refresh_from_db()
+        return _age(Deposit, deposit, "inserted_at", age)
+
+
+class WithdrawalFactory(factory.Factory):
+    """A withdrawal applied by wallet.services.withdrawal_apply (the address whitelisted and, with
+    `funded=True`, amount plus fee funded first), then taken to `stage`: SUCCEEDED (the default)
+    broadcast and settled by withdrawal_process on the simulated chain, FAILED rejected by
+    withdrawal_reject (funds released), QUEUED as applied (handed to the worker on commit);
+    AWAITING_APPROVAL and BROADCASTING hold
+    the same funds as QUEUED, so only the stage is set. `tx_id`, `confirmations`, `info` and `age`
+    (applied_at) are set afterwards when given.
+
+        WithdrawalFactory(account=user, withdraw_order_id="wo-1", stage=WithdrawalStage.QUEUED)
+    """
+
+    class Meta:
+        model = Withdrawal
+
+    account = factory.SubFactory(UserFactory)
+    coin = "USDT"
+    network = "TRX"
+    address = factory.LazyAttribute(lambda row: wallet_demo.WHITELIST.get(row.network, "whitelisted-address"))
+    tag = ""
+    amount = Decimal(10)
+    withdraw_order_id = None
+    stage = WithdrawalStage.SUCCEEDED
+    funded = True
+    age = None
+    tx_id = None
+    confirmations = None
+    info = None
+
+    @classmethod
+    def _create(cls, model_class, *args, account, coin, network, stage, funded, age, **fields) -> Withdrawal:
+        net = NetworkFactory(coin__code=coin, network=network)
+        amount = _amount(fields.pop("amount"))
+        shown = {name: fields.pop(name) for name in ("tx_id", "confirmations", "info")}
+        after = {name: value for name, value in shown.items() if value is not None}
+        WhitelistAddress.objects.get_or_create(
+            account=account,
+            network=net,
+            address=fields["address"],
+            tag=fields["tag"],
+            defaults={"name": f"{coin} {network}"},
+        )
+        if funded:
+            fund(account, net.coin, amount + net.withdraw_fee)
+        withdrawal = wallet_services.withdrawal_apply(
+            account=account, coin=coin, network=network, amount=amount, **fields
+        )
+        if stage == WithdrawalStage.SUCCEEDED:
+            # An amount above the approval threshold waits for an operator; its approval holds the same funds.
+            Withdrawal.objects.filter(pk=withdrawal.pk, stage=WithdrawalStage.AWAITING_APPROVAL).update(
+                stage=WithdrawalStage.QUEUED
+            )
+            withdrawal = wallet_services.withdrawal_process(withdrawal_id=withdrawal.pk)
+        elif stage == WithdrawalStage.FAILED:
+            withdrawal = wallet_services.withdrawal_reject(
+                withdrawal=withdrawal, rejected_by=None, reason=after.pop("info", "rejected by operations")
+            )
+        elif stage != withdrawal.stage:
+            Withdrawal.objects.filter(pk=withdrawal.pk).update(stage=stage)  # the same hold: no money moves
+        withdrawal.refresh_from_db()
+        # QUEUED is handed to the worker on commit: where the test's transactions commit, the (eager)
+        # worker has taken it further already, as production's would.
+        assert withdrawal.stage == stage or stage == WithdrawalStage.QUEUED, (withdrawal.stage, withdrawal.info)
+        if after:
+            Withdrawal.objects.filter(pk=withdrawal.pk).update(**after)
+            withdrawal.refresh_from_db()
+        return _age(Withdrawal, withdrawal, "applied_at", age)
+
+
+class TransferFactory(factory.Factory):
+    """A transfer made by wallet.transfers.services.transfer_create from `sender` to `recipient`'s
+    e-mail (`target_address` to send elsewhere); `funded=True` funds amount plus fee first."""
+
+    class Meta:
+        model = Transfer
+
+    sender = factory.SubFactory(UserFactory)
+    recipient = factory.SubFactory(UserFactory)
+    asset = "USDT"
+    amount = Decimal(1)
+    target_address = factory.LazyAttribute(lambda row: row.recipient.email)
+    message = ""
+    client_transfer_id = None
+    api_version = "v4"
+    funded = True
+
+    @classmethod
+    def _create(cls, model_class, *args, sender, recipient, asset, funded, **fields) -> Transfer:
+        code = AssetFactory(code=asset).code
+        amount = _amount(fields.pop("amount"))
+        if funded:
+            fee = TransferFee.objects.filter(asset__code=code).values_list("fee", flat=True).first() or Decimal(0)
+            fund(sender, code, amount + fee)
+        return transfer_services.transfer_create(sender=sender, asset_code=code, amount=amount, **fields)
+
+
+def convert_markets() -> None:
+    """The demo world's convert markets, pairs, prices and house liquidity (convert.demo.load, funded
+    from equity through the ledger) on factory-made BTC, ETH, USDT and PHP; no accounts."""
+    for code in convert_demo.PRECISION:
+        AssetFactory(code=code)
+    convert_demo.load()
+
+
+class QuoteFactory(factory.Factory):
+    """A quote made by convert.services.quote_create (the markets must exist: `convert_markets()`;
+    tests that quote repeatedly set CONVERT_QUOTE_INTERVAL_MS to 0)."""
+
+    class Meta:
+        model = Quote
+
+    user = factory.SubFactory(UserFactory)
+    source = "BTC"
+    target = "PHP"
+    source_amount = Decimal("0.01")
+    target_amount = None
+
+    @classmethod
+    def _create(cls, model_class, *args, user, source, target, source_amount, target_amount) -> Quote:
+        return convert_services.quote_create(
+            user=user,
+            source_code=source,
+            target_code=target,
+            source_amount=None if source_amount is None else _amount(source_amount),
+            target_amount=None if target_amount is None else _amount(target_amount),
+        )
+
+
+class OrderFactory(QuoteFactory):
+    """The order of a quote accepted by convert.services.quote_accept. `outcome`: "accept" (the
+    default; `funded=True` funds the source amount first), "expire" (the quote expired before the
+    accept: a failed order) or "insufficient" (accepted without the funds: a failed order).
+    `created_at` dates the order."""
+
+    class Meta:
+        model = Order
+
+    outcome = "accept"
+    funded = True
+    created_at = None
+
+    @classmethod
+    def _create(cls, model_class, *args, outcome, funded, created_at, **fields) -> Order:
+        quote = super()._create(Quote, **fields)
+        if outcome == "expire":
+            Quote.objects.filter(pk=quote.pk).update(expires_at=quote.created_at)
+        elif outcome == "accept" and funded:
+            fund(fields["user"], quote.pair.source, quote.source_amount)
+        try:
+            convert_services.quote_accept(user=fields["user"], quote_id=quote.quote_id)
+        except convert_errors.ConvertError:
+            assert outcome != "accept", "the accept was refused"
+        else:
+            assert outcome == "accept", f"the accept went through ({outcome} expected)"
+        if created_at is not None:
+            Order.objects.filter(quote=quote).update(created_at=created_at)
+        return Order.objects.select_related("pair__source", "pair__target", "quote").get(quote=quote)
+
+
+def sub_account(master: User, **user) -> User:
+    """A sub-account of `master`, made by subaccounts.services.sub_account_create."""
+    email = user.pop("email", None) or f"sub{next(_references)}-{time.time_ns()}@test.example"
+    return subaccount_services.sub_account_create(master=master, email=email)
+
+
+class SubAccountTransferFactory(factory.Factory):
+    """A universal transfer made by subaccounts.services.universal_transfer inside `master`'s family:
+    from `source` to `target` (each the master or one of its sub-accounts; the master by default);
+    `funded=True` funds the source first."""
+
+    class Meta:
+        model = SubAccountTransfer
+
+    master = factory.SubFactory(UserFactory)
+    source = factory.LazyAttribute(lambda row: row.master)
+    target = factory.LazyAttribute(lambda row: sub_account(row.master))
+    asset = "USDT"
+    amount = Decimal(1)
+    client_tran_id = None
+    funded = True
+
+    @classmethod
+    def _create(cls, model_class, *args, master, source, target, asset, amount, client_tran_id, funded):
+        code = AssetFactory(code=asset).code
+        if funded:
+            fund(source, code, amount)
+        return subaccount_services.universal_transfer(
+            master=master,
+            from_email=None if source.pk == master.pk else source.email,
+            to_email=None if target.pk == master.pk else target.email,
+            asset_code=code,
+            amount=_amount(amount),
+            client_tran_id=client_tran_id,
+        )
+
+
+class FundCollectionFactory(factory.Factory):
+    """A fund collection task made by subaccounts.collection.fund_collection_create; `run=True` runs
+    it as the worker does (fund_collection_run), moving the sub-accounts' balances to the master."""
+
+    class Meta:
+        model = FundCollection
+
+    master = factory.SubFactory(UserFactory)
+    client_request_id = factory.Sequence(lambda n: f"collect-{n}-{time.time_ns()}")
+    remark = ""
+    run = False
+
+    @classmethod
+    def _create(cls, model_class, *args, run, **fields) -> FundCollection:
+        collection = collection_services.fund_collection_create(**fields)
+        if run:
+            collection = collection_services.fund_collection_run(collection_id=collection.pk)
+        return collection
+
+
+def demo_accounts(*, wallet: bool = False) -> dict[str, dict]:
+    """The demo world's accounts alone, in the `demo` fixture's shape: its master (e-mail, phone),
+    the master's sub-account and an unrelated peer, each with a key ("demo") and the demo's funding
+    (accounts.demo.FUNDING, through the ledger), and the master's read-only key; with `wallet=True`
+    the demo's networks and the master's whitelist entry on each (as wallet.demo makes them). No
+    markets or house liquidity: for tests of several related accounts with known balances that do
+    not test the demo world itself."""
+    master = UserFactory(**accounts_demo.MASTER)
+    users = {
+        "master": master,
+        "sub": UserFactory(**accounts_demo.SUB, master=master),
+        "peer": UserFactory(**accounts_demo.PEER),
+    }
+    world = {}
+    for role, user in users.items():
+        api_key, secret = ApiKeyFactory(user=user, name="demo")
+        for code, amount in accounts_demo.FUNDING[role].items():
+            fund(user, code, amount)
+        world[role] = {"email": user.email, "phone": user.phone, "api_key": api_key.key, "secret_key": secret}
+    api_key, secret = ApiKeyFactory(user=master, name="demo-readonly", types=[ApiKeyType.READ_ONLY])
+    world["readonly"] = {"email": master.email, "api_key": api_key.key, "secret_key": secret}
+    for network in demo_networks() if wallet else ():
+        WhitelistAddressFactory(account=master, network=network, name=f"demo {network.coin.code} {network.network}")
+    return world

@@ -18,6 +18,7 @@ from accounts.ledger.check import ledger_check
 from accounts.models import Balance, BalanceChange, Posting, SystemRole, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
+from tests.support.factories import Customer, NetworkFactory, customer, demo_networks
 from wallet import services
 from wallet.chain.simulator import advance_blocks, send_to
 from wallet.models import Deposit, DepositAddress, DepositStatus, Network
@@ -30,16 +31,34 @@ HISTORY = "/openapi/wallet/v1/deposit/history"
 
 
 @pytest.fixture(autouse=True)
-def _no_travel_rule(demo, settings):
-    """Travel rule off unless a test sets a threshold; rate limits out of the way."""
+def _no_travel_rule(db, settings):
+    """Travel rule off unless a test sets a threshold; rate limits out of the way; the demo world's
+    networks."""
     settings.TRAVEL_RULE_THRESHOLD = Decimal(0)
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 10**6
+    demo_networks()
+
+
+@pytest.fixture(autouse=True)
+def owner(_no_travel_rule) -> Customer:
+    """The customer the `deposit` command names in these tests (the demo master's e-mail)."""
+    return customer(email=MASTER)
 
 
 @pytest.fixture
-def demo_master(demo) -> User:
-    return User.objects.get(email=MASTER)
+def demo_master(owner) -> User:
+    return owner.user
+
+
+@pytest.fixture
+def master_client(owner) -> SignedClient:
+    return owner.client
+
+
+@pytest.fixture
+def peer() -> Customer:
+    return customer()
 
 
 @pytest.fixture
@@ -50,10 +69,6 @@ def operator(db) -> User:
 def _free(user: User, code: str) -> Decimal:
     row = Balance.objects.filter(account=user, asset__code=code).first()
     return row.free if row else Decimal(0)
-
-
-def _network(coin: str, network: str) -> Network:
-    return Network.objects.select_related("coin").get(coin__code=coin, network=network)
 
 
 def _deposit_cmd(*args: str) -> str:
@@ -77,10 +92,15 @@ def test_address_stable_and_matches_the_regex(master_client, coin, network):
     assert set(body) == {"address", "addressTag", "coin"}
     assert body["coin"] == coin
     assert body["addressTag"] == ""
-    assert re.fullmatch(_network(coin, network).address_regex, body["address"])
+    assert re.fullmatch(NetworkFactory(coin__code=coin, network=network).address_regex, body["address"])
     for _ in range(2):
         assert master_client.get(ADDRESS, {"coin": coin, "network": network}).json() == body
-    assert DepositAddress.objects.filter(account__email=MASTER, network=_network(coin, network)).count() == 1
+    assert (
+        DepositAddress.objects.filter(
+            account__email=MASTER, network=NetworkFactory(coin__code=coin, network=network)
+        ).count()
+        == 1
+    )
 
 
 def test_address_per_network(master_client):
@@ -89,9 +109,9 @@ def test_address_per_network(master_client):
     assert on_eth != on_trx
 
 
-def test_addresses_differ_between_accounts(master_client, demo):
-    peer = SignedClient(demo["peer"]["api_key"], demo["peer"]["secret_key"])
-    sub = SignedClient(demo["sub"]["api_key"], demo["sub"]["secret_key"])
+def test_addresses_differ_between_accounts(master_client, owner, peer):
+    sub = customer(master=owner.user).client
+    peer = peer.client
     addresses = {
         c.get(ADDRESS, {"coin": "USDT", "network": "TRX"}).json()["address"] for c in (master_client, peer, sub)
     }
@@ -141,7 +161,7 @@ def test_command_then_confirmations_then_credited_once(demo_master, master_clien
     deposit = Deposit.objects.get()
     assert "processing" in out.lower()
     assert deposit.status == DepositStatus.PROCESSING
-    assert deposit.confirmations < _network("BTC", "BTC").min_confirm
+    assert deposit.confirmations < NetworkFactory(coin__code="BTC", network="BTC").min_confirm
     assert deposit.account == demo_master
     assert deposit.amount == Decimal("0.25")
     assert _free(demo_master, "BTC") == before
@@ -255,7 +275,7 @@ def test_same_transaction_recorded_twice(demo_master, master_client):
 
 
 def test_deposit_to_an_unknown_address_is_ignored(demo_master):
-    network = _network("USDT", "TRX")
+    network = NetworkFactory(coin__code="USDT", network="TRX")
     recorded = services.deposit_record(
         network=network,
         tx_id="ef" * 32,
@@ -270,9 +290,9 @@ def test_deposit_to_an_unknown_address_is_ignored(demo_master):
     assert ledger_check().ok
 
 
-def test_scan_finds_deposits_sent_on_the_chain(demo_master, demo):
+def test_scan_finds_deposits_sent_on_the_chain(demo_master, peer):
     address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
-    peer = User.objects.get(email=demo["peer"]["email"])
+    peer = peer.user
     peer_address = services.deposit_address_get(account=peer, coin="USDT", network="TRX")
     before, peer_before = _free(demo_master, "USDT"), _free(peer, "USDT")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("7"))

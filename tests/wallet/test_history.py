@@ -11,9 +11,19 @@ import pytest
 from django.utils import timezone
 
 from accounts.ledger.check import ledger_check
-from accounts.models import User
+from accounts.models import ApiKeyType, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
+from tests.support.factories import (
+    ApiKeyFactory,
+    Customer,
+    DepositFactory,
+    NetworkFactory,
+    WhitelistAddressFactory,
+    WithdrawalFactory,
+    customer,
+    demo_networks,
+)
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 pytestmark = pytest.mark.django_db
@@ -26,14 +36,35 @@ TRX_ADDRESS = "TDemoMasterWhitezistAddress1111111"
 
 
 @pytest.fixture(autouse=True)
-def _roomy_rate_limits(demo, settings):
+def _roomy_rate_limits(db, settings):
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 10**6
 
 
 @pytest.fixture
-def demo_master(demo) -> User:
-    return User.objects.get(email=demo["master"]["email"])
+def owner() -> Customer:
+    """The caller: a customer with a withdrawal whitelist entry on every network (as the demo master)."""
+    caller = customer()
+    for network in demo_networks():
+        WhitelistAddressFactory(
+            account=caller.user, network=network, name=f"demo {network.coin.code} {network.network}"
+        )
+    return caller
+
+
+@pytest.fixture
+def demo_master(owner) -> User:
+    return owner.user
+
+
+@pytest.fixture
+def master_client(owner) -> SignedClient:
+    return owner.client
+
+
+@pytest.fixture
+def peer() -> Customer:
+    return customer()
 
 
 def _ms(moment) -> int:
@@ -41,44 +72,7 @@ def _ms(moment) -> int:
 
 
 def _network(coin: str = "USDT", network: str = "TRX") -> Network:
-    return Network.objects.select_related("coin").get(coin__code=coin, network=network)
-
-
-_tx = iter(range(1, 10**9))
-
-
-def _deposit(user, *, status=DepositStatus.SUCCESS, age: timedelta | None = None, coin="USDT", network="TRX", **kw):
-    n = next(_tx)
-    deposit = Deposit.objects.create(
-        account=user,
-        network=_network(coin, network),
-        address=kw.pop("address", f"TAddr{n}"),
-        amount=kw.pop("amount", Decimal("5")),
-        tx_id=kw.pop("tx_id", f"{n:064x}"),
-        status=status,
-        confirmations=kw.pop("confirmations", 3),
-        **kw,
-    )
-    if age is not None:
-        Deposit.objects.filter(pk=deposit.pk).update(inserted_at=timezone.now() - age)
-        deposit.refresh_from_db()
-    return deposit
-
-
-def _withdrawal(user, *, stage=WithdrawalStage.SUCCEEDED, age: timedelta | None = None, coin="USDT", **kw):
-    withdrawal = Withdrawal.objects.create(
-        account=user,
-        network=_network(coin, kw.pop("network", "TRX")),
-        address=kw.pop("address", TRX_ADDRESS),
-        amount=kw.pop("amount", Decimal("10")),
-        fee=kw.pop("fee", Decimal("1")),
-        stage=stage,
-        **kw,
-    )
-    if age is not None:
-        Withdrawal.objects.filter(pk=withdrawal.pk).update(applied_at=timezone.now() - age)
-        withdrawal.refresh_from_db()
-    return withdrawal
+    return NetworkFactory(coin__code=coin, network=network)
 
 
 def _ids(response) -> list[int]:
@@ -90,7 +84,7 @@ def _ids(response) -> list[int]:
 
 
 def test_deposit_record_fields_and_types(master_client, demo_master):
-    deposit = _deposit(demo_master, amount=Decimal("12.5"), tag="", confirmations=7)
+    deposit = DepositFactory(account=demo_master, amount=Decimal("12.5"), tag="", confirmations=7)
     [record] = master_client.get(DEPOSITS).json()
     assert set(record) == {
         "id",
@@ -123,23 +117,23 @@ def test_deposit_record_fields_and_types(master_client, demo_master):
     assert ledger_check().ok
 
 
-def test_deposit_history_only_the_callers(master_client, demo_master, demo):
-    mine = _deposit(demo_master)
-    _deposit(User.objects.get(email=demo["peer"]["email"]))
+def test_deposit_history_only_the_callers(master_client, demo_master, peer):
+    mine = DepositFactory(account=demo_master)
+    DepositFactory(account=peer.user)
     assert _ids(master_client.get(DEPOSITS)) == [mine.pk]
 
 
 def test_deposit_history_ascending(master_client, demo_master):
-    a = _deposit(demo_master, age=timedelta(days=1))
-    b = _deposit(demo_master, age=timedelta(days=3))
-    c = _deposit(demo_master, age=timedelta(hours=1))
-    d = _deposit(demo_master, age=timedelta(days=2))
+    a = DepositFactory(account=demo_master, age=timedelta(days=1))
+    b = DepositFactory(account=demo_master, age=timedelta(days=3))
+    c = DepositFactory(account=demo_master, age=timedelta(hours=1))
+    d = DepositFactory(account=demo_master, age=timedelta(days=2))
     assert _ids(master_client.get(DEPOSITS)) == [b.pk, d.pk, a.pk, c.pk]
 
 
 def test_deposit_history_filters_coin_and_tx_id(master_client, demo_master):
-    usdt = _deposit(demo_master)
-    btc = _deposit(demo_master, coin="BTC", network="BTC", address="bc1qxyz")
+    usdt = DepositFactory(account=demo_master)
+    btc = DepositFactory(account=demo_master, coin="BTC", network="BTC", address="bc1qxyz")
     assert _ids(master_client.get(DEPOSITS, {"coin": "BTC"})) == [btc.pk]
     assert _ids(master_client.get(DEPOSITS, {"coin": "USDT"})) == [usdt.pk]
     assert _ids(master_client.get(DEPOSITS, {"coin": "ETH"})) == []
@@ -152,7 +146,7 @@ def test_deposit_history_filters_coin_and_tx_id(master_client, demo_master):
 
 @pytest.fixture
 def every_status(demo_master) -> dict[int, Deposit]:
-    return {status: _deposit(demo_master, status=status) for status in (0, 1, 2, 3)}
+    return {status: DepositFactory(account=demo_master, status=status) for status in (0, 1, 2, 3)}
 
 
 def test_deposit_status_filter(master_client, every_status):
@@ -193,8 +187,8 @@ def test_deposit_invalid_status(master_client, every_status, params):
 
 
 def test_deposit_default_90_days(master_client, demo_master):
-    old = _deposit(demo_master, age=timedelta(days=91))
-    recent = _deposit(demo_master, age=timedelta(days=89))
+    old = DepositFactory(account=demo_master, age=timedelta(days=91))
+    recent = DepositFactory(account=demo_master, age=timedelta(days=89))
     assert _ids(master_client.get(DEPOSITS)) == [recent.pk]
     now = timezone.now()
     window = {"startTime": _ms(now - timedelta(days=100)), "endTime": _ms(now - timedelta(days=11))}
@@ -204,15 +198,15 @@ def test_deposit_default_90_days(master_client, demo_master):
 
 
 def test_deposit_start_time_only(master_client, demo_master):
-    _deposit(demo_master, age=timedelta(days=5))
-    recent = _deposit(demo_master, age=timedelta(days=1))
+    DepositFactory(account=demo_master, age=timedelta(days=5))
+    recent = DepositFactory(account=demo_master, age=timedelta(days=1))
     start = _ms(timezone.now() - timedelta(days=2))
     assert _ids(master_client.get(DEPOSITS, {"startTime": start})) == [recent.pk]
 
 
 def test_deposit_end_time_only(master_client, demo_master):
-    older = _deposit(demo_master, age=timedelta(days=5))
-    _deposit(demo_master, age=timedelta(days=1))
+    older = DepositFactory(account=demo_master, age=timedelta(days=5))
+    DepositFactory(account=demo_master, age=timedelta(days=1))
     end = _ms(timezone.now() - timedelta(days=2))
     assert _ids(master_client.get(DEPOSITS, {"endTime": end})) == [older.pk]
 
@@ -224,7 +218,7 @@ def test_deposit_period_90_days_or_more(master_client, demo_master, span_ms):
 
 
 def test_deposit_period_just_under_90_days(master_client, demo_master):
-    deposit = _deposit(demo_master, age=timedelta(days=89, hours=23))
+    deposit = DepositFactory(account=demo_master, age=timedelta(days=89, hours=23))
     end = _ms(timezone.now())
     assert _ids(master_client.get(DEPOSITS, {"startTime": end - 90 * DAY_MS + 1, "endTime": end})) == [deposit.pk]
 
@@ -243,7 +237,7 @@ def test_deposit_bad_times(master_client, params):
 
 
 def test_deposit_offset_and_limit(master_client, demo_master):
-    deposits = [_deposit(demo_master, age=timedelta(hours=10 - i)) for i in range(5)]
+    deposits = [DepositFactory(account=demo_master, age=timedelta(hours=10 - i)) for i in range(5)]
     ids = [d.pk for d in deposits]
     assert _ids(master_client.get(DEPOSITS)) == ids
     assert _ids(master_client.get(DEPOSITS, {"limit": 2})) == ids[:2]
@@ -286,8 +280,10 @@ def test_deposit_limit_defaults_to_1000(master_client, demo_master):
 
 
 def test_withdrawal_record_fields_and_types(master_client, demo_master):
-    withdrawal = _withdrawal(demo_master, withdraw_order_id="wo-1", tx_id="ab" * 32, confirmations=4, info="")
-    pending = _withdrawal(demo_master, stage=WithdrawalStage.QUEUED)
+    withdrawal = WithdrawalFactory(
+        account=demo_master, withdraw_order_id="wo-1", tx_id="ab" * 32, confirmations=4, info=""
+    )
+    pending = WithdrawalFactory(account=demo_master, stage=WithdrawalStage.QUEUED)
     records = master_client.get(WITHDRAWALS).json()
     assert len(records) == 2
     record = records[0]
@@ -335,11 +331,11 @@ def test_withdrawal_record_fields_and_types(master_client, demo_master):
 
 def test_withdrawal_status_filter(master_client, demo_master):
     processing = [
-        _withdrawal(demo_master, stage=stage)
+        WithdrawalFactory(account=demo_master, stage=stage)
         for stage in (WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING)
     ]
-    succeeded = _withdrawal(demo_master, stage=WithdrawalStage.SUCCEEDED)
-    failed = _withdrawal(demo_master, stage=WithdrawalStage.FAILED)
+    succeeded = WithdrawalFactory(account=demo_master, stage=WithdrawalStage.SUCCEEDED)
+    failed = WithdrawalFactory(account=demo_master, stage=WithdrawalStage.FAILED)
     assert _ids(master_client.get(WITHDRAWALS, {"status": 0})) == [w.pk for w in processing]
     assert _ids(master_client.get(WITHDRAWALS, {"status": 1})) == [succeeded.pk]
     assert _ids(master_client.get(WITHDRAWALS, {"status": 2})) == [failed.pk]
@@ -351,10 +347,12 @@ def test_withdrawal_invalid_status(master_client, status):
     assert_error(master_client.get(WITHDRAWALS, {"status": status}), -1025, 400)
 
 
-def test_withdrawal_filters_coin_and_order_id(master_client, demo_master, demo):
-    usdt = _withdrawal(demo_master, withdraw_order_id="a")
-    eth = _withdrawal(demo_master, coin="ETH", network="ETH", address="0x" + "0" * 40, amount=Decimal("0.1"))
-    _withdrawal(User.objects.get(email=demo["peer"]["email"]), withdraw_order_id="a")
+def test_withdrawal_filters_coin_and_order_id(master_client, demo_master, peer):
+    usdt = WithdrawalFactory(account=demo_master, withdraw_order_id="a")
+    eth = WithdrawalFactory(
+        account=demo_master, coin="ETH", network="ETH", address="0x" + "0" * 40, amount=Decimal("0.1")
+    )
+    WithdrawalFactory(account=peer.user, withdraw_order_id="a")
     assert _ids(master_client.get(WITHDRAWALS, {"coin": "ETH"})) == [eth.pk]
     assert _ids(master_client.get(WITHDRAWALS, {"withdrawOrderId": "a"})) == [usdt.pk]
     assert _ids(master_client.get(WITHDRAWALS, {"withdrawOrderId": "b"})) == []
@@ -362,15 +360,15 @@ def test_withdrawal_filters_coin_and_order_id(master_client, demo_master, demo):
 
 
 def test_withdrawal_ascending(master_client, demo_master):
-    a = _withdrawal(demo_master, age=timedelta(days=1))
-    b = _withdrawal(demo_master, age=timedelta(days=3))
-    c = _withdrawal(demo_master, age=timedelta(minutes=1))
+    a = WithdrawalFactory(account=demo_master, age=timedelta(days=1))
+    b = WithdrawalFactory(account=demo_master, age=timedelta(days=3))
+    c = WithdrawalFactory(account=demo_master, age=timedelta(minutes=1))
     assert _ids(master_client.get(WITHDRAWALS)) == [b.pk, a.pk, c.pk]
 
 
 def test_withdrawal_default_90_days(master_client, demo_master):
-    old = _withdrawal(demo_master, age=timedelta(days=91))
-    recent = _withdrawal(demo_master, age=timedelta(days=89))
+    old = WithdrawalFactory(account=demo_master, age=timedelta(days=91))
+    recent = WithdrawalFactory(account=demo_master, age=timedelta(days=89))
     assert _ids(master_client.get(WITHDRAWALS)) == [recent.pk]
     now = timezone.now()
     window = {"startTime": _ms(now - timedelta(days=95)), "endTime": _ms(now - timedelta(days=10))}
@@ -395,7 +393,7 @@ def test_withdrawal_end_before_start(master_client):
 
 
 def test_withdrawal_paging(master_client, demo_master):
-    ids = [_withdrawal(demo_master, age=timedelta(hours=10 - i)).pk for i in range(4)]
+    ids = [WithdrawalFactory(account=demo_master, age=timedelta(hours=10 - i)).pk for i in range(4)]
     assert _ids(master_client.get(WITHDRAWALS, {"offset": 1, "limit": 2})) == ids[1:3]
     assert _ids(master_client.get(WITHDRAWALS, {"offset": 3, "limit": 1000})) == ids[3:]
     assert_error(master_client.get(WITHDRAWALS, {"limit": 1001}), -1025, 400)
@@ -424,7 +422,7 @@ def test_withdrawal_limit_defaults_to_1000(master_client, demo_master):
 
 
 def test_order_id_default_last_7_days(master_client, demo_master):
-    old = _withdrawal(demo_master, withdraw_order_id="wk", age=timedelta(days=8))
+    old = WithdrawalFactory(account=demo_master, withdraw_order_id="wk", age=timedelta(days=8))
     assert _ids(master_client.get(WITHDRAWALS, {"withdrawOrderId": "wk"})) == []
     assert _ids(master_client.get(WITHDRAWALS)) == [old.pk]  # without it: 90 days
     now = timezone.now()
@@ -433,7 +431,7 @@ def test_order_id_default_last_7_days(master_client, demo_master):
 
 
 def test_order_id_within_7_days_listed(master_client, demo_master):
-    recent = _withdrawal(demo_master, withdraw_order_id="wk", age=timedelta(days=6))
+    recent = WithdrawalFactory(account=demo_master, withdraw_order_id="wk", age=timedelta(days=6))
     assert _ids(master_client.get(WITHDRAWALS, {"withdrawOrderId": "wk"})) == [recent.pk]
 
 
@@ -445,7 +443,7 @@ def test_order_id_period_7_days_or_more(master_client, span_ms):
 
 
 def test_order_id_period_just_under_7_days(master_client, demo_master):
-    recent = _withdrawal(demo_master, withdraw_order_id="wk", age=timedelta(days=6, hours=23))
+    recent = WithdrawalFactory(account=demo_master, withdraw_order_id="wk", age=timedelta(days=6, hours=23))
     end = _ms(timezone.now())
     params = {"withdrawOrderId": "wk", "startTime": end - 7 * DAY_MS + 1, "endTime": end}
     assert _ids(master_client.get(WITHDRAWALS, params)) == [recent.pk]
@@ -458,7 +456,7 @@ def test_order_id_too_long(master_client):
 # --- whitelist ---------------------------------------------------------------------------------
 
 
-def test_whitelist_entries(master_client, demo):
+def test_whitelist_entries(master_client):
     entries = master_client.get(WHITELIST).json()
     assert {(e["coin"], e["network"]) for e in entries} == {
         ("BTC", "BTC"),
@@ -479,7 +477,7 @@ def test_whitelist_entries(master_client, demo):
     }
 
 
-def test_whitelist_filters(master_client, demo):
+def test_whitelist_filters(master_client):
     def pairs(params):
         response = master_client.get(WHITELIST, params)
         assert response.status_code == 200, response.content
@@ -494,9 +492,9 @@ def test_whitelist_filters(master_client, demo):
     assert pairs({"coin": "DOGE"}) == []
 
 
-def test_whitelist_only_the_callers(demo, make_key):
-    peer = User.objects.get(email=demo["peer"]["email"])
-    peer_client = SignedClient(demo["peer"]["api_key"], demo["peer"]["secret_key"])
+def test_whitelist_only_the_callers(owner, peer):
+    peer_client = peer.client
+    peer = peer.user
     assert peer_client.get(WHITELIST).json() == []
     WhitelistAddress.objects.create(
         account=peer, network=_network(), address="TPeerAddress11111111111111111111ab", tag="", name="peer's"
@@ -513,16 +511,16 @@ def test_whitelist_with_tag(master_client, demo_master):
     assert entry["addressName"] == "tagged"
 
 
-def test_history_endpoints_are_signed(demo):
-    unsigned = SignedClient(demo["master"]["api_key"], demo["master"]["secret_key"])
+def test_history_endpoints_are_signed(owner):
+    unsigned = owner.client
     for path in (DEPOSITS, WITHDRAWALS, WHITELIST):
         response = unsigned.get(path, signed=False)
         body = assert_error(response, -1105, 400)
         assert "timestamp" in body["msg"]
 
 
-def test_history_readable_with_a_read_only_key(demo):
-    ro = SignedClient(demo["readonly"]["api_key"], demo["readonly"]["secret_key"])
+def test_history_readable_with_a_read_only_key(owner):
+    ro = SignedClient.of(ApiKeyFactory(user=owner.user, name="demo-readonly", types=[ApiKeyType.READ_ONLY]))
     for path in (DEPOSITS, WITHDRAWALS, WHITELIST):
         response = ro.get(path)
         assert response.status_code == 200, (path, response.content)

@@ -25,6 +25,7 @@ from accounts.models import Balance, LimitPeriod, LimitTier, SystemRole, TierLim
 from streams import services as stream_services
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient, now_ms
+from tests.support.factories import demo_accounts
 from tests.support.streams import communicator
 from wallet.models import Transfer, TransferFee
 
@@ -69,11 +70,21 @@ OPTIONAL_RECORD_FIELDS = {"customSenderName"}
 
 
 @pytest.fixture(autouse=True)
-def _raised_limits(demo, settings):
-    # `demo` first: the demo command reads settings.SETTINGS_MODULE, which is None under the
-    # `settings` fixture's override.
+def world(db) -> dict[str, dict]:
+    """The demo world's master, its sub-account and the peer, with their keys and funding (built by
+    the factories: the transfers need no networks, markets or whitelist)."""
+    return demo_accounts()
+
+
+@pytest.fixture(autouse=True)
+def _raised_limits(world, settings):
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
+
+
+@pytest.fixture
+def master_client(world):
+    return SignedClient(world["master"]["api_key"], world["master"]["secret_key"])
 
 
 @pytest.fixture(params=[V4, V3], ids=["v4", "v3"])
@@ -83,13 +94,13 @@ def create_path(request):
 
 
 @pytest.fixture
-def peer_client(demo):
-    return SignedClient(demo["peer"]["api_key"], demo["peer"]["secret_key"])
+def peer_client(world):
+    return SignedClient(world["peer"]["api_key"], world["peer"]["secret_key"])
 
 
 @pytest.fixture
-def sub_client(demo):
-    return SignedClient(demo["sub"]["api_key"], demo["sub"]["secret_key"])
+def sub_client(world):
+    return SignedClient(world["sub"]["api_key"], world["sub"]["secret_key"])
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -155,7 +166,7 @@ def assert_record(record: dict) -> None:
 
 
 @pytest.mark.django_db
-def test_created_transfer_has_every_field(master_client, demo, create_path):
+def test_created_transfer_has_every_field(master_client, world, create_path):
     before_master, before_peer = free(MASTER), free(PEER)
     transfer = create(master_client, create_path, amount="150.5", client_transfer_id="lunch-1", message="lunch on me")
     assert set(transfer) == CREATED_FIELDS
@@ -180,7 +191,7 @@ def test_created_transfer_has_every_field(master_client, demo, create_path):
 
 
 @pytest.mark.django_db
-def test_text_with_sql_and_array_syntax_is_stored_exactly(master_client, demo, create_path):
+def test_text_with_sql_and_array_syntax_is_stored_exactly(master_client, world, create_path):
     """The transfer row is written by the posting's statement (LinkedRow): text arrives as bound
     parameters, so quotes, braces, commas and backslashes are data, stored and answered as sent."""
     message = 'a,"b"{c}\\d\'); DROP TABLE wallet_transfer; -- é中'
@@ -193,7 +204,7 @@ def test_text_with_sql_and_array_syntax_is_stored_exactly(master_client, demo, c
 
 
 @pytest.mark.django_db
-def test_optional_fields_absent(master_client, demo, create_path):
+def test_optional_fields_absent(master_client, world, create_path):
     transfer = create(master_client, create_path)
     assert transfer["client_transfer_id"] == ""
     assert transfer["message"] == ""
@@ -202,7 +213,7 @@ def test_optional_fields_absent(master_client, demo, create_path):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("address", [PEER, "PEER@Demo.Exchange", " peer@demo.exchange", PEER_PHONE])
-def test_recipient_by_email_any_case_or_phone(master_client, demo, create_path, address):
+def test_recipient_by_email_any_case_or_phone(master_client, world, create_path, address):
     before = free(PEER)
     transfer = create(master_client, create_path, target_address=address, amount="3")
     assert transfer["target_address"] == address  # as the sender wrote it
@@ -212,9 +223,9 @@ def test_recipient_by_email_any_case_or_phone(master_client, demo, create_path, 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("decoded_signature", [False, True], ids=["signed-as-sent", "signed-decoded"])
-def test_email_percent_encoded_in_form_body(demo, create_path, decoded_signature):
+def test_email_percent_encoded_in_form_body(world, create_path, decoded_signature):
     """A form body carries the e-mail as peer%40demo.exchange; official clients sign the decoded text."""
-    api_key, secret = demo["master"]["api_key"], demo["master"]["secret_key"]
+    api_key, secret = world["master"]["api_key"], world["master"]["secret_key"]
     body = urlencode({"account": "PHP", "target_address": PEER, "amount": "7", "timestamp": now_ms()})
     assert "peer%40demo.exchange" in body
     signed_text = body.replace("%40", "@") if decoded_signature else body
@@ -232,7 +243,7 @@ def test_email_percent_encoded_in_form_body(demo, create_path, decoded_signature
 
 
 @pytest.mark.django_db
-def test_phone_in_form_body(master_client, demo, create_path):
+def test_phone_in_form_body(master_client, world, create_path):
     before = free(PEER)
     response = master_client.post(create_path, body={"account": "PHP", "target_address": PEER_PHONE, "amount": "2"})
     assert response.status_code == 200, response.content
@@ -240,7 +251,7 @@ def test_phone_in_form_body(master_client, demo, create_path):
 
 
 @pytest.mark.django_db
-def test_sub_account_can_receive_and_send(master_client, sub_client, demo, create_path):
+def test_sub_account_can_receive_and_send(master_client, sub_client, world, create_path):
     before = free(SUB)
     create(master_client, create_path, target_address=SUB, amount="5")
     create(sub_client, create_path, target_address=PEER, amount="4")
@@ -274,14 +285,14 @@ REFUSALS = [
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("change", "code", "status"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
-def test_refusals(master_client, demo, create_path, change, code, status):
+def test_refusals(master_client, world, create_path, change, code, status):
     refused(master_client, create_path, {**BASE, **change}, code, status)
     assert ledger_check().ok
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("missing", ["account", "target_address", "amount"])
-def test_missing_parameter(master_client, demo, create_path, missing):
+def test_missing_parameter(master_client, world, create_path, missing):
     params = {k: v for k, v in BASE.items() if k != missing}
     body = refused(master_client, create_path, params, -1105, 400)
     assert missing in body["msg"]
@@ -301,12 +312,12 @@ def test_missing_parameter(master_client, demo, create_path, missing):
     ],
     ids=["php-minimum", "trailing-zeros", "usdt-minimum", "btc-minimum", "btc-8-places", "recvWindow-60000", "id-100"],
 )
-def test_accepted_edges(master_client, demo, create_path, change):
+def test_accepted_edges(master_client, world, create_path, change):
     create(master_client, create_path, **change)
 
 
 @pytest.mark.django_db
-def test_repeat_client_transfer_id_moves_nothing(master_client, peer_client, demo, create_path):
+def test_repeat_client_transfer_id_moves_nothing(master_client, peer_client, world, create_path):
     first = create(master_client, create_path, client_transfer_id="once", amount="10")
     for other_path in (V4, V3):  # v4 and v3 share the per-sender id space
         for change in ({}, {"amount": "20"}, {"target_address": SUB}):
@@ -320,7 +331,7 @@ def test_repeat_client_transfer_id_moves_nothing(master_client, peer_client, dem
 
 
 @pytest.mark.django_db
-def test_insufficient_balance(peer_client, demo, create_path):
+def test_insufficient_balance(peer_client, world, create_path):
     assert free(PEER) == Decimal(5000)
     refused(peer_client, create_path, {**BASE, "target_address": MASTER, "amount": "5000.01"}, -1131, 400)
     usdt = {**BASE, "target_address": MASTER, "account": "USDT", "amount": "500.01"}
@@ -332,7 +343,7 @@ def test_insufficient_balance(peer_client, demo, create_path):
 
 
 @pytest.mark.django_db
-def test_amount_too_large_for_the_ledger_is_refused_cleanly(master_client, demo, create_path):
+def test_amount_too_large_for_the_ledger_is_refused_cleanly(master_client, world, create_path):
     """An amount the regex admits (up to 30 integer digits) but nobody holds: a 4xx refusal, never a
     500. Without limit tiers, nothing stops such an amount before the ledger."""
     from exchange.ttlcache import clear_all
@@ -351,7 +362,7 @@ def test_amount_too_large_for_the_ledger_is_refused_cleanly(master_client, demo,
 
 
 @pytest.mark.django_db
-def test_fee_from_transfer_fee(master_client, peer_client, demo, create_path):
+def test_fee_from_transfer_fee(master_client, peer_client, world, create_path):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("2.5"))
     fees = fees_shard(MASTER)
     master_before, peer_before, fees_before = free(MASTER), free(PEER), free_of(fees)
@@ -390,7 +401,7 @@ def _assign(email: str, tier: LimitTier) -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("period", [LimitPeriod.DAILY, LimitPeriod.P2P_DAILY])
-def test_daily_cash_out_limit(master_client, demo, create_path, period):
+def test_daily_cash_out_limit(master_client, world, create_path, period):
     _assign(MASTER, _tier("tiny", period, "100"))
     create(master_client, create_path, amount="60")
     body = refused(master_client, create_path, {**BASE, "amount": "50"}, -1010, 400)
@@ -404,7 +415,7 @@ def test_daily_cash_out_limit(master_client, demo, create_path, period):
 
 
 @pytest.mark.django_db
-def test_limit_counts_the_fee(master_client, demo, create_path):
+def test_limit_counts_the_fee(master_client, world, create_path):
     _assign(MASTER, _tier("tiny", LimitPeriod.DAILY, "100"))
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("5"))
     refused(master_client, create_path, {**BASE, "amount": "96"}, -1010, 400)
@@ -412,7 +423,7 @@ def test_limit_counts_the_fee(master_client, demo, create_path):
 
 
 @pytest.mark.django_db
-def test_limit_checked_on_a_stale_snapshot_is_checked_again_under_the_lock(master_client, demo, monkeypatch):
+def test_limit_checked_on_a_stale_snapshot_is_checked_again_under_the_lock(master_client, world, monkeypatch):
     """The limit check runs on the counters read with the recipient (before the transaction) and is
     skipped under the lock only while the sender's ledger seq is the one read with them. Here the
     snapshot is made stale (empty counters, an older seq): the check under the lock still refuses."""
@@ -435,7 +446,7 @@ def test_limit_checked_on_a_stale_snapshot_is_checked_again_under_the_lock(maste
 
 
 @pytest.mark.django_db
-def test_limit_is_checked_once_when_nothing_moved_on_the_sender(master_client, demo, monkeypatch):
+def test_limit_is_checked_once_when_nothing_moved_on_the_sender(master_client, world, monkeypatch):
     from accounts import limits
 
     _assign(MASTER, _tier("tiny", LimitPeriod.DAILY, "100"))
@@ -453,20 +464,20 @@ def test_limit_is_checked_once_when_nothing_moved_on_the_sender(master_client, d
 
 
 @pytest.mark.django_db
-def test_read_only_key_is_refused(demo, create_path):
-    readonly = SignedClient(demo["readonly"]["api_key"], demo["readonly"]["secret_key"])
+def test_read_only_key_is_refused(world, create_path):
+    readonly = SignedClient(world["readonly"]["api_key"], world["readonly"]["secret_key"])
     refused(readonly, create_path, BASE, -1020, 401)
 
 
 @pytest.mark.django_db
-def test_bad_signature_and_stale_timestamp_are_json(master_client, demo, create_path):
+def test_bad_signature_and_stale_timestamp_are_json(master_client, world, create_path):
     refused(master_client, create_path, BASE, -1022, 401, signature="0" * 64)
     refused(master_client, create_path, BASE, -1021, 400, timestamp=now_ms() - 10_000)
     refused(master_client, create_path, BASE, -2018, 401, api_key="NoSuchKey")
 
 
 @pytest.mark.django_db
-def test_rate_limit_weight_50(master_client, demo, settings, create_path):
+def test_rate_limit_weight_50(master_client, world, settings, create_path):
     """The spec's limits: 120/min per IP, 180/min per UID; a transfer weighs 50, so the third in a
     minute is refused with 429 (-1003) and a Retry-After header, and moves nothing."""
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 120
@@ -483,7 +494,7 @@ def test_rate_limit_weight_50(master_client, demo, settings, create_path):
 
 
 @pytest.mark.django_db
-def test_uid_limit_applies_across_ips(master_client, demo, settings):
+def test_uid_limit_applies_across_ips(master_client, world, settings):
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 120
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 180
     for ip in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
@@ -508,7 +519,7 @@ def test_uid_limit_applies_across_ips(master_client, demo, settings):
         ("POST", V3 + "/123", 405),
     ],
 )
-def test_v4_answers_json_for_404_and_405(master_client, demo, method, path, status):
+def test_v4_answers_json_for_404_and_405(master_client, world, method, path, status):
     response = master_client.request(method, path, BASE)
     assert response["Content-Type"] == "application/json", response.content
     assert_error(response, -1010, status)
@@ -516,7 +527,7 @@ def test_v4_answers_json_for_404_and_405(master_client, demo, method, path, stat
 
 
 @pytest.mark.django_db
-def test_v4_answers_json_for_an_unexpected_failure(master_client, demo, monkeypatch):
+def test_v4_answers_json_for_an_unexpected_failure(master_client, world, monkeypatch):
     from wallet.transfers import services
 
     def explode(**kwargs):
@@ -532,9 +543,9 @@ def test_v4_answers_json_for_an_unexpected_failure(master_client, demo, monkeypa
 
 
 @pytest.fixture
-def history(master_client, peer_client, demo):
+def history(master_client, peer_client, world):
     """master -> peer (2), peer -> master (1), master -> sub (1), sub -> peer (1): ids in order."""
-    sub = SignedClient(demo["sub"]["api_key"], demo["sub"]["secret_key"])
+    sub = SignedClient(world["sub"]["api_key"], world["sub"]["secret_key"])
     return [
         create(master_client, V4, amount="10", client_transfer_id="m1", message="first"),
         create(master_client, V3, amount="11", client_transfer_id="m2"),
@@ -656,7 +667,7 @@ def test_paging(master_client, history):
 
 
 @pytest.mark.django_db
-def test_per_page_defaults_to_2000(master_client, demo):
+def test_per_page_defaults_to_2000(master_client, world):
     """2,001 transfer records (made directly: the query is what is under test)."""
     master = User.objects.get(email=MASTER)
     peer = User.objects.get(email=PEER)
@@ -726,7 +737,7 @@ def test_unknown_ids_are_404(master_client, history, transfer_id):
 
 
 @pytest.mark.django_db
-def test_one_posting_of_kind_p2p_transfer(master_client, demo):
+def test_one_posting_of_kind_p2p_transfer(master_client, world):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("1"))
     fees = fees_shard(MASTER)
     postings_before = Posting.objects.count()
@@ -742,7 +753,7 @@ def test_one_posting_of_kind_p2p_transfer(master_client, demo):
 
 
 @pytest.mark.django_db
-def test_both_transaction_histories_show_it(master_client, peer_client, demo):
+def test_both_transaction_histories_show_it(master_client, peer_client, world):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("0.5"))
     transfer = create(master_client, amount="42.25")
 
@@ -761,7 +772,7 @@ def test_both_transaction_histories_show_it(master_client, peer_client, demo):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
-async def test_both_streams_receive_the_transfer(demo):
+async def test_both_streams_receive_the_transfer(world):
     master = await sync_to_async(User.objects.get)(email=MASTER)
     peer = await sync_to_async(User.objects.get)(email=PEER)
     master_php, peer_php = await sync_to_async(free)(MASTER), await sync_to_async(free)(PEER)
@@ -772,7 +783,7 @@ async def test_both_streams_receive_the_transfer(demo):
         connected, _ = await ws.connect()
         assert connected
         streams.append(ws)
-    client = SignedClient(demo["master"]["api_key"], demo["master"]["secret_key"])
+    client = SignedClient(world["master"]["api_key"], world["master"]["secret_key"])
     response = await sync_to_async(client.post)(V4, {**BASE, "amount": "12.5"})
     assert response.status_code == 200, response.content
     for ws, delta, after in (
@@ -807,7 +818,7 @@ def _reverse_url(transfer_id) -> str:
 
 
 @pytest.mark.django_db
-def test_admin_reversal_once(master_client, admin_client, demo):
+def test_admin_reversal_once(master_client, admin_client, world):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("2"))
     fees = fees_shard(MASTER)
     before = (free(MASTER), free(PEER), free_of(fees))
@@ -845,9 +856,9 @@ def test_admin_reversal_once(master_client, admin_client, demo):
 
 
 @pytest.mark.django_db
-def test_admin_reversal_refused_when_the_recipient_spent_it(master_client, peer_client, admin_client, demo):
+def test_admin_reversal_refused_when_the_recipient_spent_it(master_client, peer_client, admin_client, world):
     transfer = create(master_client, target_address=SUB, amount="10000")  # the sub held 10,000 PHP
-    sub = SignedClient(demo["sub"]["api_key"], demo["sub"]["secret_key"])
+    sub = SignedClient(world["sub"]["api_key"], world["sub"]["secret_key"])
     create(sub, target_address=PEER, amount=str(free(SUB)))
     state = snapshot()
     refused_page = admin_client.post(_reverse_url(transfer["id"]), {"reason": "mistake"}, follow=True)
@@ -858,7 +869,7 @@ def test_admin_reversal_refused_when_the_recipient_spent_it(master_client, peer_
 
 
 @pytest.mark.django_db
-def test_admin_list_filters_and_read_only(master_client, admin_client, demo):
+def test_admin_list_filters_and_read_only(master_client, admin_client, world):
     transfer = create(master_client, client_transfer_id="find-me")
     php = Asset.objects.get(code="PHP")
     listing = admin_client.get("/admin/wallet/transfer/", {"asset__id__exact": php.pk, "q": "find-me"})
@@ -870,7 +881,7 @@ def test_admin_list_filters_and_read_only(master_client, admin_client, demo):
 
 
 @pytest.mark.django_db
-def test_admin_reversal_needs_change_permission(master_client, demo):
+def test_admin_reversal_needs_change_permission(master_client, world):
     transfer = create(master_client)
     anonymous = Client().post(_reverse_url(transfer["id"]), {"reason": "x"})
     assert anonymous.status_code == 302
@@ -884,7 +895,7 @@ def test_admin_reversal_needs_change_permission(master_client, demo):
 
 @pytest.mark.django_db
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="moves a PostgreSQL sequence")
-def test_client_transfer_id_reversal_does_not_collide_with_an_admin_reversal(master_client, admin_client, demo):
+def test_client_transfer_id_reversal_does_not_collide_with_an_admin_reversal(master_client, admin_client, world):
     """Posting references share one namespace: a transfer's is `transfer:<sender id>:<client id>`, a
     reversal's `transfer:<transfer id>:reversal`. A sender whose id equals a reversed transfer's id
     must still be able to use the client_transfer_id "reversal" (and the reversal must work the

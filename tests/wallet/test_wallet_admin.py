@@ -15,6 +15,8 @@ from accounts.models import Balance, User
 from exchange.models import ChangeRequest, ChangeStatus
 from tests.support.assertions import assert_error
 from tests.support.backoffice import held_deposit, trx_withdrawal
+from tests.support.client import SignedClient
+from tests.support.factories import demo_accounts
 from tests.support.staff import ADMINISTRATOR, staff_member
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
@@ -29,7 +31,18 @@ TRX_ADDRESS = "TDemoMasterWhitezistAddress1111111"
 
 
 @pytest.fixture(autouse=True)
-def _settings(demo, settings):
+def world(db) -> dict[str, dict]:
+    """The demo's accounts, networks and master's whitelist (the factories' demo_accounts)."""
+    return demo_accounts(wallet=True)
+
+
+@pytest.fixture
+def master_client(world) -> SignedClient:
+    return SignedClient(world["master"]["api_key"], world["master"]["secret_key"])
+
+
+@pytest.fixture(autouse=True)
+def _settings(world, settings):
     """Rate limits out of the way; travel rule off unless a test sets a threshold."""
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 10**6
     settings.UID_WEIGHT_LIMIT_PER_MINUTE = 10**6
@@ -52,7 +65,7 @@ def support(make_user) -> Client:
 
 
 @pytest.fixture
-def demo_master(demo) -> User:
+def demo_master(world) -> User:
     return User.objects.get(email=MASTER)
 
 

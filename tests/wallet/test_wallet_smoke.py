@@ -5,6 +5,8 @@ from django.core.management import call_command
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
+from tests.support.assertions import assert_error
+from tests.support.client import SignedClient
 from wallet.chain.simulator import advance_blocks
 from wallet.models import Deposit, DepositStatus, Withdrawal, WithdrawalStage
 from wallet.services import deposits_scan
@@ -67,4 +69,16 @@ def test_withdrawal_life(master_client, django_capture_on_commit_callbacks):
     history = master_client.get("/openapi/wallet/v1/withdraw/history", {"withdrawOrderId": "w1"}).json()
     assert history[0]["status"] == 1
     assert history[0]["transactionFee"] == "0.00500000"
+    assert ledger_check().ok
+
+
+@pytest.mark.django_db
+def test_demo_read_only_key(demo):
+    ro = SignedClient(demo["readonly"]["api_key"], demo["readonly"]["secret_key"])
+    response = ro.post(
+        "/openapi/wallet/v1/withdraw/apply",
+        {"coin": "USDT", "network": "TRX", "address": "TDemoMasterWhitezistAddress1111111", "amount": "10"},
+    )
+    assert_error(response, -1020, 401)
+    assert not Withdrawal.objects.exists()
     assert ledger_check().ok
