@@ -1,4 +1,4 @@
-"""The Celery app. Tasks are thin: they load by id and call a service (DESIGN.md section 4)."""
+"""The Celery app. Tasks are thin: they load by id and call a service (docs/architecture.md section 4)."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""The ledger: every balance change of every app goes through `post()` (DESIGN.md section 3).
+"""The ledger: every balance change of every app goes through `post()` (docs/architecture.md section 3).
 
 `from accounts import ledger; ledger.post(legs=..., kind=..., reference=...)`. Names are loaded on
 first use because accounts.models imports this package's models while the app registry loads.

@@ -1,4 +1,4 @@
-"""The ledger under real concurrency (DESIGN.md section 3): threads, each with its own PostgreSQL
+"""The ledger under real concurrency (docs/architecture.md section 3): threads, each with its own PostgreSQL
 connection, posting at once. Rows are locked in id order, so no posting may ever fail with a
 deadlock; debits are checked under the lock, so no balance may go negative; the ledger check must
 pass after every scenario."""

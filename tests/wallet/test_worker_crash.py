@@ -1,5 +1,5 @@
 """A withdrawal settles exactly once when a real Celery worker dies mid-settlement, and when the same
-settlement task is delivered twice at the same time (issue 5, DESIGN.md section 4).
+settlement task is delivered twice at the same time (issue 5, docs/architecture.md section 4).
 
 The full stack runs as subprocesses on a private database (PostgreSQL `exchange_crash_test`, Redis db
 8, loaded with `manage.py migrate` and `manage.py demo`): granian (its WSGI interface, as in production)
