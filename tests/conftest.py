@@ -24,6 +24,31 @@ from tests.support.streams import forget_listen_keys
 loop_teardown.install()  # each async test's loop ends within seconds, or the test errors with the stuck tasks
 
 
+# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each worker has its own test database
+# (pytest-django's _gwN suffix) and Redis database (TEST_REDIS_DBS, exchange/settings/test.py). The
+# modules below start processes on fixed shared resources (the Redis databases FULLSTACK_REDIS_DB,
+# CRASH_REDIS_DB and POOL_REDIS_DB, which private_services flushes, and databases of fixed names) or
+# a whole private stack: one group, so one worker runs them one after the other, never two at once.
+SERIAL_MODULES = {
+    "tests/stack/test_faults.py",
+    "tests/stack/test_limits.py",
+    "tests/stack/test_simulation.py",
+    "tests/streams/test_full_stack.py",
+    "tests/streams/test_revocation_full_stack.py",
+    "tests/security/test_revocation_bound.py",
+    "tests/wallet/test_worker_crash.py",
+    "tests/subaccounts/test_collect.py",
+    "tests/exchange/test_db_pool.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
 def pytest_terminal_summary(terminalreporter):
     if loop_teardown.SLOW_TEARDOWNS:
         terminalreporter.write_line(
