@@ -72,10 +72,17 @@ def _fresh_rate_limits():
     # waiting) may keep that loop's receive state; in whole-suite runs a later test's loop then
     # waited for ever at teardown (never alone). Production has one layer per process and loop.
     channel_layers.backends.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """What the test posted is published now, not into the next test: account ids restart in each
+    test database, so a late publish would reach the next test's streams as its own account's (seen
+    in whole-suite runs: a sub-account transfer of an earlier test in a later test's stream). After
+    every fixture's teardown, the test database's included: the publisher marks rows published on a
+    connection of its own, which SQLite's lock held by a test's open transaction kept waiting until
+    the drain gave up (5 s after each such test of the embedded run)."""
     yield
-    # What this test posted is published now, not into the next test: account ids restart in each
-    # test database, so a late publish would reach the next test's streams as its own account's
-    # (seen in whole-suite runs: a sub-account transfer of an earlier test in a later test's stream).
     relay.drain(5)
     ratelimit.storage().reset()
 
