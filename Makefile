@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-installed
 DEV_STAMP := $(VENV)/.dev-installed
 TEST_REDIS_DB ?= 15
+# `make test` runs the suite on TEST_WORKERS pytest-xdist workers; worker gwN uses the Nth Redis
+# database of TEST_REDIS_DBS (exchange/settings/test.py) and its own test database (suffix _gwN).
+TEST_WORKERS ?= 2
+TEST_REDIS_DBS ?= 15,14,13,12
 
 .PHONY: run test lint bench services clean
 
@@ -56,9 +60,11 @@ test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
-		DJANGO_SETTINGS_MODULE=exchange.settings.test $(PY) -m pytest $(PYTEST_ARGS)
+		TEST_REDIS_DBS=$(TEST_REDIS_DBS) DJANGO_SETTINGS_MODULE=exchange.settings.test \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
-		DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite $(PY) -m pytest -q $(EMBEDDED_TESTS)
+		TEST_REDIS_DBS=$(TEST_REDIS_DBS) DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite \
+		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(EMBEDDED_TESTS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
