@@ -3,6 +3,7 @@ client); helpers are imported from tests/support, never from a conftest module."
 
 from __future__ import annotations
 
+import contextlib
 import json
 from io import StringIO
 
@@ -57,8 +58,11 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
+_DB_BLOCKER = pytest.StashKey()
+
+
 @pytest.fixture(autouse=True)
-def _fresh_rate_limits():
+def _fresh_rate_limits(request, django_db_blocker):
     """Each test starts with empty counters and no bans in the (real, Redis) limit storage (which
     has then seen no signature: its replay memory is complete, see ratelimit.Counters.reset)."""
     ratelimit.counters().reset()
@@ -72,6 +76,7 @@ def _fresh_rate_limits():
     # waiting) may keep that loop's receive state; in whole-suite runs a later test's loop then
     # waited for ever at teardown (never alone). Production has one layer per process and loop.
     channel_layers.backends.clear()
+    request.node.stash[_DB_BLOCKER] = django_db_blocker
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -81,9 +86,12 @@ def pytest_runtest_teardown(item, nextitem):
     in whole-suite runs: a sub-account transfer of an earlier test in a later test's stream). After
     every fixture's teardown, the test database's included: the publisher marks rows published on a
     connection of its own, which SQLite's lock held by a test's open transaction kept waiting until
-    the drain gave up (5 s after each such test of the embedded run)."""
+    the drain gave up (5 s after each such test of the embedded run). The publisher may still use
+    the database meanwhile (pytest-django blocks it between tests)."""
     yield
-    relay.drain(5)
+    blocker = item.stash.get(_DB_BLOCKER, None)
+    with blocker.unblock() if blocker is not None else contextlib.nullcontext():
+        relay.drain(5)
     ratelimit.storage().reset()
 
 
