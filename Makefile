@@ -7,9 +7,10 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-installed
 DEV_STAMP := $(VENV)/.dev-installed
 TEST_REDIS_DB ?= 15
-# `make test` runs the suite on TEST_WORKERS pytest-xdist workers; worker gwN uses the Nth Redis
+# `make test TEST_WORKERS=2` runs the suite on 2 pytest-xdist workers; worker gwN uses the Nth Redis
 # database of TEST_REDIS_DBS (exchange/settings/test.py) and its own test database (suffix _gwN).
-TEST_WORKERS ?= 2
+# 0 (in one process) until the parallel run is reliable: see tests/README.md.
+TEST_WORKERS ?= 0
 TEST_REDIS_DBS ?= 15,14,13,12
 
 .PHONY: run test lint bench services clean
