@@ -3,6 +3,7 @@ client); helpers are imported from tests/support, never from a conftest module."
 
 from __future__ import annotations
 
+import contextlib
 import json
 from io import StringIO
 
@@ -44,6 +45,31 @@ def pytest_make_collect_report(collector):
     skips.fail_if_unexpected(outcome.get_result(), connections["default"].vendor)
 
 
+# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each worker has its own test database
+# (pytest-django's _gwN suffix) and Redis database (TEST_REDIS_DBS, exchange/settings/test.py). The
+# modules below start processes on fixed shared resources (the Redis databases FULLSTACK_REDIS_DB,
+# CRASH_REDIS_DB and POOL_REDIS_DB, which private_services flushes, and databases of fixed names) or
+# a whole private stack: one group, so one worker runs them one after the other, never two at once.
+SERIAL_MODULES = {
+    "tests/stack/test_faults.py",
+    "tests/stack/test_limits.py",
+    "tests/stack/test_simulation.py",
+    "tests/streams/test_full_stack.py",
+    "tests/streams/test_revocation_full_stack.py",
+    "tests/security/test_revocation_bound.py",
+    "tests/wallet/test_worker_crash.py",
+    "tests/subaccounts/test_collect.py",
+    "tests/exchange/test_db_pool.py",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("processes"))
+
+
 def pytest_terminal_summary(terminalreporter):
     if loop_teardown.SLOW_TEARDOWNS:
         terminalreporter.write_line(
@@ -52,8 +78,11 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
+_DB_BLOCKER = pytest.StashKey()
+
+
 @pytest.fixture(autouse=True)
-def _fresh_rate_limits():
+def _fresh_rate_limits(request, django_db_blocker):
     """Each test starts with empty counters and no bans in the (real, Redis) limit storage (which
     has then seen no signature: its replay memory is complete, see ratelimit.Counters.reset)."""
     ratelimit.counters().reset()
@@ -67,11 +96,22 @@ def _fresh_rate_limits():
     # waiting) may keep that loop's receive state; in whole-suite runs a later test's loop then
     # waited for ever at teardown (never alone). Production has one layer per process and loop.
     channel_layers.backends.clear()
+    request.node.stash[_DB_BLOCKER] = django_db_blocker
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """What the test posted is published now, not into the next test: account ids restart in each
+    test database, so a late publish would reach the next test's streams as its own account's (seen
+    in whole-suite runs: a sub-account transfer of an earlier test in a later test's stream). After
+    every fixture's teardown, the test database's included: the publisher marks rows published on a
+    connection of its own, which SQLite's lock held by a test's open transaction kept waiting until
+    the drain gave up (5 s after each such test of the embedded run). The publisher may still use
+    the database meanwhile (pytest-django blocks it between tests)."""
     yield
-    # What this test posted is published now, not into the next test: account ids restart in each
-    # test database, so a late publish would reach the next test's streams as its own account's
-    # (seen in whole-suite runs: a sub-account transfer of an earlier test in a later test's stream).
-    relay.drain(5)
+    blocker = item.stash.get(_DB_BLOCKER, None)
+    with blocker.unblock() if blocker is not None else contextlib.nullcontext():
+        relay.drain(5)
     ratelimit.storage().reset()
 
 

@@ -1,5 +1,7 @@
 """Test settings: the real PostgreSQL and Redis that `make test` starts (see Makefile)."""
 
+from django.core.exceptions import ImproperlyConfigured
+
 from .base import *  # noqa: F403
 from .base import env
 
@@ -10,6 +12,19 @@ DATABASES["default"]["OPTIONS"] = {"prepare_threshold": 5}  # as in production (
 # Separate names let several test runs share one PostgreSQL (set with a separate REDIS_URL database).
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_exchange")}
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/15")
+# Parallel runs (pytest-xdist, `make test`): each worker flushes and counts in a Redis database of its
+# own, the Nth of TEST_REDIS_DBS for worker gwN (the test database gets its _gwN suffix from
+# pytest-django). A list, not an offset from REDIS_URL's number: a process a test starts inherits
+# both variables and so lands in the same database as its test.
+_worker = env.str("PYTEST_XDIST_WORKER", default="")
+if _worker:
+    _dbs = env.list("TEST_REDIS_DBS", default=[])
+    _index = int(_worker.removeprefix("gw"))
+    if _index >= len(_dbs):
+        raise ImproperlyConfigured(
+            f"pytest-xdist worker {_worker}: set TEST_REDIS_DBS to one Redis database number per worker"
+        )
+    REDIS_URL = f"{REDIS_URL.rsplit('/', 1)[0]}/{int(_dbs[_index])}"
 RATE_LIMIT_STORAGE_URL = REDIS_URL
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = True
