@@ -69,7 +69,7 @@ def test_on_postgresql_every_skip_fails_and_unreachable_services_fail(tmp_path):
     found = outcomes(
         tmp_path,
         DJANGO_SETTINGS_MODULE="exchange.settings.test",
-        REDIS_URL="redis://127.0.0.1:1/13",  # nothing listens there
+        STACK_REDIS_SERVER="redis://127.0.0.1:1",  # nothing listens there (the test's own storage stays up)
         SERVICES_WAIT_SECONDS="0",
     )
     assert found["test_plain"] == "passed", found["output"]

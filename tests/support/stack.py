@@ -30,7 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 # The servers the test run itself uses (var/services.env): the stack gets databases of its own there.
 PG_SERVER = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0.1:5432/exchange").rsplit("/", 1)[0]
-REDIS_SERVER = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").rsplit("/", 1)[0]
+# The Redis server the full-stack tests' private databases are on (STACK_REDIS_SERVER: another one,
+# e.g. tests/test_skips.py's unreachable server, while the test's own storage stays on REDIS_URL).
+REDIS_SERVER = (
+    os.environ.get("STACK_REDIS_SERVER") or os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15").rsplit("/", 1)[0]
+)
 
 
 # `make test` starts PostgreSQL and Redis first; a server still starting gets this long to answer.
