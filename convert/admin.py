@@ -19,8 +19,7 @@ from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
 from convert import prices, selectors, services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
-from exchange import changes
-from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, action_reason
+from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, submit_to_each
 from exchange.services import staff_action
 
 
@@ -121,28 +120,14 @@ class PairAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     action_form = ReasonActionForm
 
     def _switch(self, request, queryset, on: bool) -> None:
-        reason = action_reason(self, request)
-        if reason is None:
-            return
-        done, proposed = 0, []
-        for pair in queryset:
-            try:
-                outcome = changes.change_submit(actor=request.user, obj=pair, changes={"enabled": on}, reason=reason)
-            except changes.ChangeRefused as exc:
-                self.message_user(request, f"Refused: {exc}", messages.ERROR)
-                continue
-            if outcome.request is not None:
-                proposed.append(f"#{outcome.request.pk}")
-            elif outcome.applied:
-                done += 1
-        self.message_user(request, f"{done} pair(s) switched.", messages.SUCCESS)
-        if proposed:
-            self.message_user(
-                request,
-                f"Proposed (change requests {', '.join(proposed)}): switching a pair on waits for another "
-                "Administrator's approval.",
-                messages.WARNING,
-            )
+        submit_to_each(
+            self,
+            request,
+            queryset,
+            {"enabled": on},
+            done="{n} pair(s) switched.",
+            waits="switching a pair on waits for another Administrator's approval.",
+        )
 
     @admin.action(description="Switch pairs off (at once)", permissions=["change"])
     def pairs_off(self, request, queryset):

@@ -39,6 +39,7 @@ from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
 from convert.prices import customer_price
 from exchange.api.errors import Disconnected
 from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
+from exchange.changes import apply_fields
 from exchange.selectors import business_is_on
 
 logger = logging.getLogger(__name__)
@@ -354,14 +355,6 @@ def asset_price_apply(row: AssetPrice, changes: dict) -> AssetPrice:
     """Apply a staff change of an asset's price settings (exchange/changes.py calls it with the
     locked row, once approved where it must be): a new anchor moves the price there at once and
     confirms it; the price source then walks it around."""
-    for name, value in changes.items():
-        field = row._meta.get_field(name)
-        setattr(row, field.attname, value if field.is_relation else field.to_python(value))
-    fields = [row._meta.get_field(name).attname for name in changes]
     if "anchor_price" in changes:
-        row.price = row.anchor_price
-        row.price_updated_at = timezone.now()
-        fields += ["price", "price_updated_at"]
-    row.full_clean(exclude=["asset"], validate_unique=False)
-    row.save(update_fields=fields)
-    return row
+        changes = {**changes, "price": changes["anchor_price"], "price_updated_at": timezone.now()}
+    return apply_fields(row, changes)

@@ -133,6 +133,33 @@ def action_reason(model_admin, request) -> str | None:
     return reason
 
 
+def submit_to_each(model_admin, request, queryset, changes: dict, *, done: str, waits: str) -> None:
+    """A reason-taking changelist action that makes the same guarded change (exchange/changes.py) to
+    every selected row: applied at once where it loosens nothing, otherwise proposed; tells the user
+    how many rows `done` ("{n} network(s) switched.") and which proposals wait (`waits` says why)."""
+    from exchange import changes as guarded_changes
+
+    reason = action_reason(model_admin, request)
+    if reason is None:
+        return
+    applied, proposed = 0, []
+    for row in queryset:
+        try:
+            outcome = guarded_changes.change_submit(actor=request.user, obj=row, changes=changes, reason=reason)
+        except guarded_changes.ChangeRefused as exc:
+            model_admin.message_user(request, f"Refused: {exc}", messages.ERROR)
+            continue
+        if outcome.request is not None:
+            proposed.append(f"#{outcome.request.pk}")
+        elif outcome.applied:
+            applied += 1
+    model_admin.message_user(request, done.format(n=applied), messages.SUCCESS)
+    if proposed:
+        model_admin.message_user(
+            request, f"Proposed (change requests {', '.join(proposed)}): {waits}", messages.WARNING
+        )
+
+
 class ReasonFormMixin(forms.Form):
     """A required reason on an admin change form that acts on money or permissions."""
 

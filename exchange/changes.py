@@ -159,6 +159,12 @@ def _require_may_change(actor, model: type[models.Model]) -> None:
 def _apply(spec: Guarded, obj: models.Model, changes: dict) -> models.Model:
     if spec.apply is not None:
         return spec.apply(obj, changes)
+    return apply_fields(obj, changes)
+
+
+def apply_fields(obj: models.Model, changes: dict) -> models.Model:
+    """The default way a change is applied to the locked row: set the fields, validate them, save
+    just them. A model's own `apply` (guard(..., apply=)) adds its side effects and calls this."""
     for name, value in changes.items():
         field = obj._meta.get_field(name)
         setattr(obj, field.attname, field.to_python(value) if not field.is_relation else value)

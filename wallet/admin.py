@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
-from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, action_reason
+from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, action_reason, submit_to_each
 from exchange.services import staff_action, summary
 from wallet import services
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
@@ -34,30 +34,14 @@ class NetworkAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     action_form = ReasonActionForm
 
     def _switch(self, request, queryset, field: str, on: bool) -> None:
-        from exchange import changes
-
-        reason = action_reason(self, request)
-        if reason is None:
-            return
-        done, proposed = 0, []
-        for network in queryset:
-            try:
-                outcome = changes.change_submit(actor=request.user, obj=network, changes={field: on}, reason=reason)
-            except changes.ChangeRefused as exc:
-                self.message_user(request, f"Refused: {exc}", messages.ERROR)
-                continue
-            if outcome.request is not None:
-                proposed.append(f"#{outcome.request.pk}")
-            elif outcome.applied:
-                done += 1
-        self.message_user(request, f"{done} network(s) switched.", messages.SUCCESS)
-        if proposed:
-            self.message_user(
-                request,
-                f"Proposed (change requests {', '.join(proposed)}): switching withdrawals on waits for another "
-                "Administrator's approval.",
-                messages.WARNING,
-            )
+        submit_to_each(
+            self,
+            request,
+            queryset,
+            {field: on},
+            done="{n} network(s) switched.",
+            waits="switching withdrawals on waits for another Administrator's approval.",
+        )
 
     @admin.action(description="Switch withdrawals off (at once)", permissions=["change"])
     def withdrawals_off(self, request, queryset):

@@ -18,6 +18,7 @@ from accounts.models import LimitTier, TierLimit
 from exchange import changes
 from exchange.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.support.assertions import assert_balance, assert_ledger_balanced
+from tests.support.backoffice import whitelisted_withdrawal
 from tests.support.factories import NetworkFactory, WhitelistAddressFactory, customer
 from tests.support.staff import ADMINISTRATOR, TREASURY, logged_in, staff_member
 from wallet import services as wallet_services
@@ -41,16 +42,7 @@ def _btc_customer(btc: str = "3"):
 
 
 def _btc_withdrawal(user, amount: str) -> Withdrawal:
-    entry = user.withdraw_whitelist.get(network__network="BTC")
-    return wallet_services.withdrawal_apply(
-        account=user,
-        coin="BTC",
-        network="BTC",
-        address=entry.address,
-        tag="",
-        amount=Decimal(amount),
-        withdraw_order_id=None,
-    )
+    return whitelisted_withdrawal(user, "BTC", "BTC", amount)
 
 
 def _approve(client, withdrawal, reason="address checked"):

@@ -28,11 +28,17 @@ def usdt_customer(funding: str = "1000", **user):
 
 def trx_withdrawal(user: User, amount: str = "10", **fields) -> Withdrawal:
     """A USDT withdrawal over TRX to the user's whitelisted TRX address, through the wallet's service."""
-    entry = user.withdraw_whitelist.get(network__network="TRX")
+    return whitelisted_withdrawal(user, "USDT", "TRX", amount, **fields)
+
+
+def whitelisted_withdrawal(user: User, coin: str, network: str, amount: str, **fields) -> Withdrawal:
+    """A withdrawal of `coin` over `network` to the user's whitelisted address there, through the
+    wallet's service."""
+    entry = user.withdraw_whitelist.get(network__network=network)
     return wallet_services.withdrawal_apply(
         account=user,
-        coin="USDT",
-        network="TRX",
+        coin=coin,
+        network=network,
         address=entry.address,
         tag="",
         amount=Decimal(amount),
