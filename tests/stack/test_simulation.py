@@ -20,6 +20,7 @@ from decimal import ROUND_DOWN, Decimal
 import pytest
 from django.core.management import CommandError, call_command
 
+from scripts import convert_cycles as cycles
 from scripts import simulate
 from tests.stack.test_faults import require_servers
 
@@ -46,7 +47,7 @@ def test_the_cycle_customer_tries_every_cycle_of_the_pairs_and_its_plan_is_the_s
         for a, b in (("BTC", "PHP"), ("USDT", "PHP"), ("ETH", "USDT"), ("BTC", "USDT"))
         for s, t in ((a, b), (b, a))
     }
-    trails = simulate.closed_trails(pairs)
+    trails = cycles.closed_trails(pairs)
     assert ("PHP", "USDT", "PHP") in trails  # 2-cycles
     assert ("PHP", "USDT", "BTC", "PHP") in trails  # triangles, both ways round
     assert ("PHP", "BTC", "USDT", "PHP") in trails
@@ -55,11 +56,11 @@ def test_the_cycle_customer_tries_every_cycle_of_the_pairs_and_its_plan_is_the_s
         legs = list(itertools.pairwise(path))
         assert path[0] == path[-1]
         assert len(set(legs)) == len(legs)
-        assert 2 <= len(legs) <= simulate.CYCLE_MAX_LEGS
+        assert 2 <= len(legs) <= cycles.CYCLE_MAX_LEGS
         assert set(legs) <= set(pairs)
     places = {"BTC": 8, "ETH": 8, "USDT": 6, "PHP": 2}
-    plan = simulate.cycle_plan(18, pairs, places, 300)
-    assert plan == simulate.cycle_plan(18, pairs, places, 300) != simulate.cycle_plan(19, pairs, places, 300)
+    plan = cycles.cycle_plan(18, pairs, places, 300)
+    assert plan == cycles.cycle_plan(18, pairs, places, 300) != cycles.cycle_plan(19, pairs, places, 300)
     assert {path for path, _ in plan} == set(trails)  # a run meets every cycle
     for path, start in plan:  # 20 to 200 times the first pair's minimum
         assert 20 * minimum[path[0]] <= Decimal(start) <= 200 * minimum[path[0]]
@@ -68,14 +69,14 @@ def test_the_cycle_customer_tries_every_cycle_of_the_pairs_and_its_plan_is_the_s
 def test_the_convert_pnl_check_refuses_an_order_paying_out_more_than_the_source_is_worth():
     market = Decimal("5200000")  # PHP per BTC before the spread
     # at the spread (20 bps, rounded down): the house gains 104 PHP
-    assert simulate.order_pnl(Decimal("0.01"), Decimal("51896.00"), Decimal(0), market) == Decimal("104")
-    assert not simulate.order_loses(Decimal("104"), 2)
+    assert cycles.order_pnl(Decimal("0.01"), Decimal("51896.00"), Decimal(0), market) == Decimal("104")
+    assert not cycles.order_loses(Decimal("104"), 2)
     # one unit of the target's decimals more than the source's worth: rounding, allowed; two: a loss
-    paid_out = simulate.order_pnl(Decimal("0.01"), Decimal("51999.99"), Decimal("0.02"), market)
+    paid_out = cycles.order_pnl(Decimal("0.01"), Decimal("51999.99"), Decimal("0.02"), market)
     assert paid_out == Decimal("-0.01")
-    assert not simulate.order_loses(paid_out, 2)
-    assert simulate.order_loses(simulate.order_pnl(Decimal("0.01"), Decimal("51999.99"), Decimal("0.03"), market), 2)
-    assert simulate.order_loses(paid_out, None)  # the target's decimals unknown: judged exactly
+    assert not cycles.order_loses(paid_out, 2)
+    assert cycles.order_loses(cycles.order_pnl(Decimal("0.01"), Decimal("51999.99"), Decimal("0.03"), market), 2)
+    assert cycles.order_loses(paid_out, None)  # the target's decimals unknown: judged exactly
 
 
 def _cycle_end(start: Decimal, prices: list[Decimal], spread_bps: int, places: list[int]) -> Decimal:
@@ -93,14 +94,14 @@ def test_the_cycle_check_refuses_a_cycle_richer_than_the_market_moved():
     # One price per asset: the triangle's market prices multiply to 1; with the spreads the
     # customer ends poorer, at one snapshot (each leg's price the witness's).
     consistent = [1 / usdt_php, 1 / btc_usdt, usdt_php * btc_usdt]
-    verdict = simulate.judge_cycle(start, _cycle_end(start, consistent, 20, places), consistent, consistent)
+    verdict = cycles.judge_cycle(start, _cycle_end(start, consistent, 20, places), consistent, consistent)
     assert verdict.one_snapshot
     assert verdict.ok
     assert verdict.bps < -55
     # Independent markets (issue 25, finding 1): BTC/PHP 2% above USDT/PHP x BTC/USDT - the
     # customer ends richer at one snapshot: refused.
     walked = [1 / usdt_php, 1 / btc_usdt, usdt_php * btc_usdt * Decimal("1.02")]
-    verdict = simulate.judge_cycle(start, _cycle_end(start, walked, 20, places), walked, walked)
+    verdict = cycles.judge_cycle(start, _cycle_end(start, walked, 20, places), walked, walked)
     assert verdict.one_snapshot
     assert not verdict.ok
     assert verdict.bps > 100
@@ -109,14 +110,14 @@ def test_the_cycle_check_refuses_a_cycle_richer_than_the_market_moved():
     # risen prices: the same gain is the market's movement, not an arbitrage of the house.
     risen = [1 / usdt_php, 1 / (btc_usdt * Decimal("1.02")), usdt_php * btc_usdt * Decimal("1.02")]
     legs = [1 / usdt_php, 1 / btc_usdt, risen[2]]
-    verdict = simulate.judge_cycle(start, _cycle_end(start, legs, 20, places), legs, risen)
+    verdict = cycles.judge_cycle(start, _cycle_end(start, legs, 20, places), legs, risen)
     assert not verdict.one_snapshot
     assert verdict.bps > 100
     assert verdict.ok
     # ... but not more than it moved: the witness saw the price source's arbitrage as well.
     arbitrage = [1 / usdt_php, 1 / (btc_usdt * Decimal("1.02")), usdt_php * btc_usdt * Decimal("1.0404")]
     legs = [1 / usdt_php, 1 / btc_usdt, arbitrage[2]]
-    verdict = simulate.judge_cycle(start, _cycle_end(start, legs, 20, places), legs, arbitrage)
+    verdict = cycles.judge_cycle(start, _cycle_end(start, legs, 20, places), legs, arbitrage)
     assert not verdict.ok
 
 
