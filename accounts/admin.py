@@ -10,9 +10,9 @@ from django.utils.html import format_html, format_html_join
 
 from accounts import services
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
-from exchange import changes
-from exchange.backoffice import ChangeOutcomeResponses, ReasonActionForm, ReasonFieldAdmin, action_reason
-from exchange.services import staff_action, summary
+from exchange.backoffice import changes
+from exchange.backoffice.services import staff_action, summary
+from exchange.backoffice.toolkit import ChangeOutcomeResponses, ReasonActionForm, ReasonFieldAdmin, action_reason
 
 USER_STATE_FIELDS = ("email", "is_active", "is_frozen", "can_trade", "can_deposit", "can_withdraw")
 API_KEY_FIELDS = ("user", "name", "key", "types", "status", "ip_restrict", "ip_list")  # never the secret
@@ -101,7 +101,7 @@ class AccountKindFilter(admin.SimpleListFilter):
         return queryset
 
 
-# Changed only through exchange.changes (four eyes; a re-parented account must hold nothing).
+# Changed only through exchange.backoffice.changes (four eyes; a re-parented account must hold nothing).
 GUARDED_USER_FIELDS = ("master", "limit_tier")
 MASTER_OR_TIER_ALONE = (
     "Change the master or the limit tier on its own (it waits for a second Administrator's approval), "

@@ -30,7 +30,7 @@ class AccountsConfig(AppConfig):
         from accounts.ledger import errors as ledger_errors
         from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
         from exchange.api import errors
-        from exchange.ttlcache import clear_all
+        from exchange.runtime.ttlcache import clear_all
 
         controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
         # The ledger's refusals are its own; the gateway answers them with its code table's rows.
@@ -47,7 +47,7 @@ class AccountsConfig(AppConfig):
         for model in (ApiKey, User):
             post_save.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-save-{model.__name__}")
             post_delete.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-delete-{model.__name__}")
-        # Reference data cached per process (exchange/ttlcache.py): a save here clears it at once.
+        # Reference data cached per process (exchange/runtime/ttlcache.py): a save here clears it at once.
         for model in (Asset, LimitTier, TierLimit):
             label = f"accounts.{model.__name__}"
             post_save.connect(clear_all, sender=model, dispatch_uid=f"ttlcache-save-{label}")

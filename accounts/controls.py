@@ -1,4 +1,4 @@
-"""How staff change the accounts app's settings that matter to money (exchange/changes.py): which
+"""How staff change the accounts app's settings that matter to money (exchange/backoffice/changes.py): which
 fields are changed only with a second Administrator's approval, because changing them that way
 loosens a control.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from accounts import services
 from accounts.models import Asset, LimitTier, TierLimit, User
-from exchange.changes import ANY, AUDITED, HIGHER, LOWER, ChangeRefused, guard
+from exchange.backoffice.changes import ANY, AUDITED, HIGHER, LOWER, ChangeRefused, guard
 
 
 def _reparent_check(user: User, changes: dict) -> None:

@@ -55,11 +55,11 @@ from accounts.crypto import decrypt_secret
 from accounts.ledger.posting import fetch_prepared
 from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
 from exchange.api.signing import signer
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 
 logger = logging.getLogger(__name__)
 # The two Redis readers below retry every second (quarter second) while Redis is away: logged once,
-# then every 10 s, then when they are back (exchange/outage.py).
+# then every 10 s, then when they are back (exchange/runtime/outage.py).
 LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
 LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 from accounts.ledger import counters
 from accounts.ledger.posting import decimal_from_db, fetch_prepared
 from accounts.models import LimitPeriod, LimitTier, User
-from exchange.ttlcache import TtlCache
+from exchange.runtime.ttlcache import TtlCache
 
 ZERO = Decimal(0)
 SPAN_NAMES = {"D": "day", "M": "month", "Y": "year"}

@@ -100,7 +100,7 @@ def user_reparent_check(*, user: User, master_id: int | None) -> None:
 
 
 def user_set_master(*, user: User, master_id: int | None) -> User:
-    """Re-parent `user` (after user_reparent_check, in its transaction: exchange/changes.py)."""
+    """Re-parent `user` (after user_reparent_check, in its transaction: exchange/backoffice/changes.py)."""
     user.master_id = master_id
     user.save(update_fields=["master"])
     logger.info("account %s now has master %s", user.pk, master_id or "-")

@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from accounts.ledger.check import ledger_check
-from exchange.outage import periodic
+from exchange.runtime.outage import periodic
 
 
 @shared_task(name="accounts.ledger_check")

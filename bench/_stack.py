@@ -62,7 +62,7 @@ def recreate_database(env: dict[str, str]) -> None:
         [
             PYTHON,
             "-c",
-            "import redis,os; from exchange.replay_memory import declare_complete; "
+            "import redis,os; from exchange.api.replay_memory import declare_complete; "
             "r=redis.from_url(os.environ['REDIS_URL']); r.flushdb(); declare_complete(r)",
         ],
         check=True,
@@ -314,7 +314,7 @@ def fresh_database(env: dict[str, str]) -> None:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {name}")
-    from exchange.replay_memory import declare_complete
+    from exchange.api.replay_memory import declare_complete
 
     client = redis.from_url(env["REDIS_URL"])
     client.flushdb()

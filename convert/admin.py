@@ -19,8 +19,8 @@ from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
 from convert import prices, selectors, services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
-from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, submit_to_each
-from exchange.services import staff_action
+from exchange.backoffice.services import staff_action
+from exchange.backoffice.toolkit import GuardedChangeAdmin, ReasonActionForm, submit_to_each
 
 
 class TopUpForm(forms.Form):

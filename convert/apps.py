@@ -7,4 +7,4 @@ class ConvertConfig(AppConfig):
     def ready(self) -> None:
         from convert import controls
 
-        controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
+        controls.register()  # which staff changes wait for a second Administrator (exchange/backoffice/changes.py)

@@ -1,4 +1,4 @@
-"""How staff change convert's settings that matter to money (exchange/changes.py; the directions
+"""How staff change convert's settings that matter to money (exchange/backoffice/changes.py; the directions
 are explained in accounts/controls.py). Every change needs a reason and is audited; these wait for a
 second Administrator:
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from convert import services
 from convert.models import AssetPrice, Market, Pair
-from exchange.changes import ANY, HIGHER, LOWER, ON, guard, moved_more_than_bps
+from exchange.backoffice.changes import ANY, HIGHER, LOWER, ON, guard, moved_more_than_bps
 
 CONVERT_ANCHOR_NUDGE_BPS = 100
 

@@ -39,8 +39,8 @@ from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
 from convert.prices import customer_price
 from exchange.api.errors import Disconnected
 from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
-from exchange.changes import apply_fields
-from exchange.selectors import business_is_on
+from exchange.backoffice.changes import apply_fields
+from exchange.platform.selectors import business_is_on
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ def liquidity_top_up(
 
 
 def asset_price_apply(row: AssetPrice, changes: dict) -> AssetPrice:
-    """Apply a staff change of an asset's price settings (exchange/changes.py calls it with the
+    """Apply a staff change of an asset's price settings (exchange/backoffice/changes.py calls it with the
     locked row, once approved where it must be): a new anchor moves the price there at once and
     confirms it; the price source then walks it around."""
     if "anchor_price" in changes:

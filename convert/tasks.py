@@ -3,7 +3,7 @@
 from celery import shared_task
 
 from convert import prices
-from exchange.outage import periodic
+from exchange.runtime.outage import periodic
 
 
 @shared_task(name="convert.market_tick")

@@ -10,7 +10,7 @@ from drf_spectacular.views import SpectacularSwaggerView
 from accounts.urls import urlpatterns as accounts_urls
 from convert.urls import urlpatterns as convert_urls
 from exchange.api.views import NotFoundApi
-from exchange.apis import OpenApiSchemaApi, PingApi, ServerTimeApi, SystemStatusApi, UserIpApi
+from exchange.platform.apis import OpenApiSchemaApi, PingApi, ServerTimeApi, SystemStatusApi, UserIpApi
 from streams.urls import urlpatterns as streams_urls
 from subaccounts.urls import urlpatterns as subaccounts_urls
 from wallet.urls import urlpatterns as wallet_urls

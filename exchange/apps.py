@@ -1,20 +1,10 @@
-from django.apps import AppConfig, apps
-from django.db.models.signals import post_migrate
+"""The project package installed as an app (label "project", no models) only so that the commands in
+exchange/management/ (the stack's: `manage.py simulate`) are found."""
+
+from django.apps import AppConfig
 
 
-class ExchangeConfig(AppConfig):
+class ProjectConfig(AppConfig):
     name = "exchange"
-    verbose_name = "Service operations"
-
-    def ready(self) -> None:
-        from exchange.roles import sync_roles
-        from exchange.services import business_status_seed
-
-        # Once per migrate (or test database flush), after the last app's permissions exist: on the
-        # last app's signal, not on every app's (ten runs of the same idempotent writes took a
-        # second of each transactional test's flush).
-        with_models = [config for config in apps.get_app_configs() if config.models_module is not None]
-        post_migrate.connect(sync_roles, sender=with_models[-1], dispatch_uid="exchange.sync_roles")
-        post_migrate.connect(business_status_seed, sender=self, dispatch_uid="exchange.business_status_seed")
-        # The per-process cache of reference data (exchange/ttlcache.py) is cleared by the app that
-        # owns each cached model, in its own ready().
+    label = "project"
+    verbose_name = "Project"

@@ -89,7 +89,7 @@ import _load  # noqa: E402 - bench/_load.py: Signer, HttpConnection, Listener
 import psycopg  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
-from exchange.replay_memory import declare_complete  # noqa: E402
+from exchange.api.replay_memory import declare_complete  # noqa: E402
 from exchange.stack import Layout, Supervisor, prepare, stack_env  # noqa: E402
 
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() else sys.executable

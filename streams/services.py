@@ -24,7 +24,7 @@ from exchange.api.errors import (
     Disconnected,
     ListenKeyExpired,
 )
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 from streams.models import ListenKey, ListenKeyHolder
 from streams.store import store
 

@@ -28,7 +28,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 from streams import hub, relay
 from streams.store import Lease, connection_lease_seconds, store
 

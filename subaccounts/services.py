@@ -24,11 +24,11 @@ from django.utils import timezone
 
 from accounts import ledger, policy
 from accounts import services as account_services
-from accounts.ledger.amounts import decimal_places
 from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, BusinessType
 from accounts.models import ApiKey, User
-from exchange.ttlcache import TtlCache
+from exchange.runtime.amounts import decimal_places
+from exchange.runtime.ttlcache import TtlCache
 from subaccounts import addresses, errors
 from subaccounts.models import SubAccountTransfer, TransferKind, TransferStatus
 from wallet.errors import InvalidAmount

@@ -3,7 +3,7 @@ collection task to subaccounts/collection.py (SubaccountsConfig.ready imports it
 
 from celery import shared_task
 
-from exchange.outage import periodic
+from exchange.runtime.outage import periodic
 from subaccounts import collection
 
 

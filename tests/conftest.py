@@ -16,7 +16,7 @@ from accounts.keyring import keyrings
 from accounts.ledger.posting import forget_asset_ids
 from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
-from exchange.ttlcache import clear_all
+from exchange.runtime.ttlcache import clear_all
 from streams import relay
 from tests.support import loop_teardown, skips, stack
 from tests.support.client import SignedClient

@@ -7,8 +7,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 
-from exchange.backoffice import GuardedChangeAdmin, ReasonActionForm, action_reason, submit_to_each
-from exchange.services import staff_action, summary
+from exchange.backoffice.services import staff_action, summary
+from exchange.backoffice.toolkit import GuardedChangeAdmin, ReasonActionForm, action_reason, submit_to_each
 from wallet import services
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 

@@ -6,15 +6,15 @@ class WalletConfig(AppConfig):
     name = "wallet"
 
     def ready(self) -> None:
-        from exchange.ttlcache import clear_all
+        from exchange.runtime.ttlcache import clear_all
         from wallet import controls
         from wallet.models import TransferFee
 
-        controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
+        controls.register()  # which staff changes wait for a second Administrator (exchange/backoffice/changes.py)
         # Loading the tasks hands the withdrawal task to wallet/services.py (set_worker).
         from wallet import tasks  # noqa: F401
 
-        # Reference data cached per process (exchange/ttlcache.py): a save here clears it at once.
+        # Reference data cached per process (exchange/runtime/ttlcache.py): a save here clears it at once.
         label = "wallet.TransferFee"
         post_save.connect(clear_all, sender=TransferFee, dispatch_uid=f"ttlcache-save-{label}")
         post_delete.connect(clear_all, sender=TransferFee, dispatch_uid=f"ttlcache-delete-{label}")

@@ -1,4 +1,4 @@
-"""How staff change the wallet's settings that matter to money (exchange/changes.py; the rule of
+"""How staff change the wallet's settings that matter to money (exchange/backoffice/changes.py; the rule of
 each field: accounts/controls.py explains the directions).
 
 - Network: the withdrawal fee, minimum and integer multiple lowered loosen; the maximum raised
@@ -10,7 +10,7 @@ each field: accounts/controls.py explains the directions).
 
 from __future__ import annotations
 
-from exchange.changes import ANY, AUDITED, HIGHER, LOWER, ON, guard
+from exchange.backoffice.changes import ANY, AUDITED, HIGHER, LOWER, ON, guard
 from wallet.models import Network, TransferFee
 
 

@@ -19,10 +19,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts import ledger, policy
-from accounts.ledger.amounts import decimal_places
 from accounts.ledger.models import Asset, BusinessType
 from accounts.limits import outflow_refusal, tier_for, value_in
 from accounts.models import SystemRole, User
+from exchange.runtime.amounts import decimal_places
 from wallet import errors
 from wallet.chain import BroadcastFailed, TxState, adapter
 from wallet.models import (

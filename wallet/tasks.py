@@ -4,7 +4,7 @@ wallet/services.py (WalletConfig.ready imports it)."""
 from celery import shared_task
 from django.conf import settings
 
-from exchange.outage import periodic
+from exchange.runtime.outage import periodic
 from wallet import services
 
 

@@ -24,19 +24,8 @@ from accounts.ledger.models import (
     Posting,
 )
 from accounts.models import LimitTier, TierLimit
-from exchange.backoffice import GuardedChangeAdmin
-from exchange.services import ReasonRequired, staff_action, summary
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+from exchange.backoffice.services import ReasonRequired, staff_action, summary
+from exchange.backoffice.toolkit import GuardedChangeAdmin, ReadOnlyAdmin
 
 
 @admin.register(Asset)

@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import Q
 
-from accounts.ledger.amounts import AMOUNT_DIGITS, AMOUNT_PLACES, QUANTUM  # noqa: F401 - QUANTUM: re-exported
+from exchange.runtime.amounts import AMOUNT_DIGITS, AMOUNT_PLACES, QUANTUM  # noqa: F401 - QUANTUM: re-exported
 
 
 def AmountField(**kwargs) -> models.DecimalField:

@@ -23,7 +23,7 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
 from exchange.api import envelope
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 
 logger = logging.getLogger(__name__)
 # A transaction of its own that failed (serialization failure, deadlock, statement cancelled or timed

@@ -18,7 +18,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import parse_qsl
 
-from accounts.ledger.amounts import AMOUNT_PLACES, MAX_AMOUNT, decimal_places
 from exchange.api.errors import (
     BadRequest,
     ConflictParameter,
@@ -27,6 +26,7 @@ from exchange.api.errors import (
     ParameterInvalid,
     ParameterNotRequired,
 )
+from exchange.runtime.amounts import AMOUNT_PLACES, MAX_AMOUNT, decimal_places
 
 _INT_RE = re.compile(r"-?[0-9]{1,19}")
 _DECIMAL_RE = re.compile(r"[0-9]{1,30}(\.[0-9]{1,30})?")

@@ -1,7 +1,16 @@
-"""The admin app with the operations site as its default site (INSTALLED_APPS names this config
-instead of "django.contrib.admin"; every `admin.site.register` lands on it)."""
+"""The back office's read side as an app (its rollup, periodic task, commands, templates, template
+filters, static files), and the admin app with the operations site as its default site
+(INSTALLED_APPS names OperationsAdminConfig instead of "django.contrib.admin"; every
+`admin.site.register` lands on it)."""
 
+from django.apps import AppConfig
 from django.contrib.admin.apps import AdminConfig
+
+
+class DashboardConfig(AppConfig):
+    name = "exchange.dashboard"
+    label = "dashboard"
+    verbose_name = "Operations dashboard"
 
 
 class OperationsAdminConfig(AdminConfig):

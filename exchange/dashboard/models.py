@@ -1,6 +1,7 @@
 """The daily activity rollup the dashboard reads instead of the journal (exchange/dashboard/activity.py).
 
-Registered with the `exchange` app (exchange/models.py imports this module)."""
+Registered under the app label "exchange" (the tables and migrations date from when exchange/models.py
+imported this module; the dashboard is an app of its own, exchange/dashboard/apps.py)."""
 
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ from accounts.ledger.models import Asset, Balance, BalanceChange, Entry, LedgerC
 from accounts.ledger.posting import decimal_from_db
 from accounts.models import ApiKey, SystemRole, User
 from convert.models import Order
+from exchange.api.models import RateLimitBan
 from exchange.dashboard import activity
-from exchange.models import RateLimitBan
-from exchange.selectors import business_status_list
+from exchange.platform.selectors import business_status_list
 from streams.models import ListenKey
 from subaccounts.models import CollectionStatus, FundCollection, SubAccountTransfer
 from wallet.models import Deposit, DepositStatus, Transfer, Withdrawal, WithdrawalStage

@@ -93,19 +93,22 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
-    "exchange",
+    "exchange.apps.ProjectConfig",  # the project package: only its management commands (label "project")
+    "exchange.platform",  # app label "exchange": business status, and every model labelled so
+    "exchange.backoffice",  # staff tools: audit trail, four-eyes changes, roles, the admin's safety
     "accounts",
     "wallet",
     "convert",
     "subaccounts",
     "streams",
+    "exchange.dashboard.apps.DashboardConfig",  # the back office's read side: above every app
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "exchange.api.middleware.ClientIpMiddleware",
-    "exchange.backoffice.AdminHostsMiddleware",  # before the session: a 404 costs no session lookup
+    "exchange.backoffice.toolkit.AdminHostsMiddleware",  # before the session: a 404 costs no session lookup
     # Django's session, CSRF, auth and messages middleware, kept off the API's paths (they serve the
     # admin; the gateway authenticates API requests itself): see exchange/api/middleware.py.
     "exchange.api.middleware.SessionMiddleware",
@@ -140,7 +143,8 @@ ASGI_APPLICATION = "exchange.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "exchange" / "templates"],
+        # The back office's overrides of the admin's own templates: searched before the admin app's.
+        "DIRS": [BASE_DIR / "exchange" / "dashboard" / "templates", BASE_DIR / "exchange" / "backoffice" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -316,7 +320,7 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": env.float("DASHBOARD_ROLLUP_SECONDS", default=60.0),
     },
 }
-# In the embedded default a thread of the server runs the schedule above (exchange/scheduler.py).
+# In the embedded default a thread of the server runs the schedule above (exchange/runtime/scheduler.py).
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)
 
 # `manage.py demo`: each app loads its own part of the demo world, in this order (an app's part may
@@ -345,11 +349,11 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "filters": {"without_503": {"()": "exchange.outage.WithoutServiceUnavailable"}},
+    "filters": {"without_503": {"()": "exchange.runtime.outage.WithoutServiceUnavailable"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         # Django logs every 4xx with the path; our envelope already tells the client why. A 503 is a
-        # refusal while a dependency is away: exchange/outage.py logs the outage, not each request.
+        # refusal while a dependency is away: exchange/runtime/outage.py logs the outage, not each request.
         "django.request": {"level": "ERROR", "filters": ["without_503"]},
         "django.server": {"level": "WARNING"},
         # One line per periodic task every few seconds drowns everything else; failures still log.

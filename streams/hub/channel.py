@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 
 # The hub's log records keep the package's name (streams.hub), whichever of its modules logs.
 logger = logging.getLogger(__package__)

@@ -23,7 +23,7 @@ from django.db import close_old_connections
 
 from accounts.ledger.posting import PostingResult
 from exchange.api import formatting as fmt
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 from streams import fanout
 from streams.events import row_payload
 from streams.relay.feed import Messages, asset_precisions, mark_postings_published, messages_for

@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 from streams.relay.fast_path import remember_server_loop
 from streams.relay.feed import mark_published, unpublished
 

@@ -13,9 +13,10 @@ from django.urls import reverse
 
 from accounts.crypto import decrypt_secret
 from accounts.models import ApiKey, ApiKeyStatus, User
-from exchange import services
 from exchange.api import ratelimit
-from exchange.models import BusinessStatus, RateLimitBan
+from exchange.api.models import RateLimitBan
+from exchange.platform import services
+from exchange.platform.models import BusinessStatus
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
 from tests.support.staff import logged_in as _staff_client

@@ -13,7 +13,8 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import ApiKey
-from exchange.models import BusinessStatus, StaffAction
+from exchange.backoffice.models import StaffAction
+from exchange.platform.models import BusinessStatus
 from tests.support.backoffice import awaiting_withdrawal, usdt_customer
 from tests.support.factories import TEST_PASSWORD, ApiKeyFactory, UserFactory
 from tests.support.staff import ADMINISTRATOR, TREASURY, logged_in, staff_member

@@ -17,7 +17,7 @@ import pytest
 
 from accounts.ledger.models import Asset
 from accounts.models import ApiKey
-from exchange.models import ChangeRequest, ChangeStatus, StaffAction
+from exchange.backoffice.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.support.assertions import assert_balance, assert_error, assert_ledger_balanced
 from tests.support.browser import login, messages, new_page, post_as_page, screenshot
 from tests.support.client import SignedClient

@@ -15,7 +15,8 @@ from django.test import Client
 
 from accounts.ledger.models import AdjustmentStatus, ManualAdjustment
 from accounts.models import ApiKey
-from exchange.models import RateLimitBan, StaffAction
+from exchange.api.models import RateLimitBan
+from exchange.backoffice.models import StaffAction
 from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.backoffice import awaiting_withdrawal, banned_ip, held_deposit, usdt_customer
 from tests.support.browser import login, messages, post_as_page, run_action, screenshot

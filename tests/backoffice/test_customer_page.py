@@ -14,7 +14,7 @@ from django.urls import reverse
 from accounts.ledger.models import Balance, BalanceChange
 from accounts.models import ApiKey, User
 from convert import services as convert_services
-from exchange.roles import SUPPORT
+from exchange.backoffice.roles import SUPPORT
 from streams import services as stream_services
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.factories import ApiKeyFactory, convert_markets, demo_accounts, deposit

@@ -17,11 +17,11 @@ from django.utils import timezone
 from accounts import ledger
 from accounts.ledger.models import LedgerCheckRun
 from accounts.models import SystemRole, User
-from exchange import services as exchange_services
+from exchange.api.models import RateLimitBan
+from exchange.backoffice.roles import SUPPORT
 from exchange.dashboard import activity
 from exchange.dashboard.models import ActivityRollup, DailyActivity
-from exchange.models import RateLimitBan
-from exchange.roles import SUPPORT
+from exchange.platform import services as exchange_services
 from subaccounts.models import CollectionStatus, FundCollection
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.backoffice import trx_withdrawal

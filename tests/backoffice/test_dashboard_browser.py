@@ -12,7 +12,7 @@ import pytest
 
 from accounts.ledger.models import Balance
 from accounts.models import User
-from exchange.roles import SUPPORT
+from exchange.backoffice.roles import SUPPORT
 from streams import services as stream_services
 from tests.support.browser import login, screenshot
 from tests.support.factories import TEST_PASSWORD, demo_accounts, deposit

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from accounts.ledger import services as ledger_services
 from accounts.ledger.models import AdjustmentStatus, ManualAdjustment, Posting
-from exchange.models import StaffAction
+from exchange.backoffice.models import StaffAction
 from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.backoffice import awaiting_withdrawal, usdt_customer
 from tests.support.factories import AssetFactory, UserFactory

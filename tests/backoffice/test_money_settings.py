@@ -3,7 +3,7 @@ asset's reference price to 0 in the admin, approving, and restoring the price.
 
 Now a withdrawal's four-eyes decision is taken when it is applied (its value recorded on the row)
 and never lowered; no price at approval time fails closed; and a change of a setting that matters
-to money goes through exchange/changes.py: a reason, an audit record, and a second Administrator
+to money goes through exchange/backoffice/changes.py: a reason, an audit record, and a second Administrator
 for a change that loosens a control (a price lowered, a fee or minimum lowered, a limit raised)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from django.urls import reverse
 
 from accounts.ledger.models import Asset
 from accounts.models import LimitTier, TierLimit
-from exchange import changes
-from exchange.models import ChangeRequest, ChangeStatus, StaffAction
+from exchange.backoffice import changes
+from exchange.backoffice.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.backoffice import whitelisted_withdrawal
 from tests.support.factories import NetworkFactory, WhitelistAddressFactory, customer

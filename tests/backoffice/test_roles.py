@@ -1,4 +1,4 @@
-"""Roles in code (exchange/roles.py): Support reads, Treasury handles money, Administrator does
+"""Roles in code (exchange/backoffice/roles.py): Support reads, Treasury handles money, Administrator does
 everything operators do; the legacy groups' members are folded in; no role may raise privileges."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.urls import reverse
 
-from exchange import roles
+from exchange.backoffice import roles
 from tests.support.backoffice import awaiting_withdrawal, banned_ip, usdt_customer
 from tests.support.factories import UserFactory
 from tests.support.staff import ADMINISTRATOR, SUPPORT, TREASURY, logged_in, staff_member

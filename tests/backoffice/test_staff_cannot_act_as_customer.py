@@ -1,7 +1,7 @@
 """Issue 25, finding 3: one Administrator could move a customer's money by other means.
 
 (a) Re-parenting: admin1 made `peer` a sub-account of another master, which then pulled peer's
-    PHP by universal transfer. Now an account's master changes only through exchange/changes.py:
+    PHP by universal transfer. Now an account's master changes only through exchange/backoffice/changes.py:
     refused while the account holds anything, and, when empty, applied only when a second
     Administrator approves it.
 (b) API keys: admin1 created a full key on a customer's account, was shown its secret, and
@@ -19,8 +19,8 @@ from django.urls import reverse
 
 from accounts import services as account_services
 from accounts.models import ApiKey, User
-from exchange import changes
-from exchange.models import ChangeRequest, ChangeStatus, StaffAction
+from exchange.backoffice import changes
+from exchange.backoffice.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.support.assertions import assert_balance, assert_error, assert_ledger_balanced
 from tests.support.client import SignedClient
 from tests.support.factories import customer

@@ -14,7 +14,7 @@ from django.utils import timezone
 from accounts.ledger.models import BusinessType, Posting
 from convert import services
 from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
-from exchange.services import business_status_set
+from exchange.platform.services import business_status_set
 from tests.convert.helpers import (
     ACCOUNT,
     EXPIRED,

@@ -13,8 +13,8 @@ from accounts.ledger.models import BusinessType, Posting
 from accounts.models import User
 from convert import services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
-from exchange import changes
-from exchange.models import ChangeRequest, ChangeStatus, StaffAction
+from exchange.backoffice import changes
+from exchange.backoffice.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.convert.helpers import free, shards
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.factories import customer

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from convert import errors, services
 from convert.models import AssetPrice, Pair, Quote
-from exchange.services import business_status_set
+from exchange.platform.services import business_status_set
 from tests.convert.helpers import (
     BPS,
     LIQUIDITY,

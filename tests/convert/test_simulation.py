@@ -26,7 +26,7 @@ from django.utils import timezone
 from accounts.ledger.models import BusinessType, Entry, Posting
 from convert import errors, services
 from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
-from exchange.services import business_status_set
+from exchange.platform.services import business_status_set
 from tests.convert.helpers import (
     ACCOUNT,
     EXPIRED,

@@ -14,10 +14,10 @@ from decimal import Decimal
 import pytest
 from django.apps import apps
 
-from accounts.ledger.amounts import MAX_AMOUNT
 from exchange.api.params import ParamSpec
 from exchange.api.views import GatewayApi
 from exchange.api_urls import urlpatterns
+from exchange.runtime.amounts import MAX_AMOUNT
 from tests.support.assertions import assert_error, assert_ledger_balanced
 from tests.support.factories import AssetFactory, customer
 from wallet.services import fits_precision

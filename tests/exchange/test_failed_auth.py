@@ -22,9 +22,9 @@ from django.urls import URLPattern
 
 import accounts.services as account_services
 from exchange import api_urls
+from exchange.api.models import RateLimitBan
 from exchange.api.ratelimit import REFUSAL_WEIGHT
 from exchange.api.views import GatewayApi
-from exchange.models import RateLimitBan
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from exchange import services
+from exchange.platform import services
 from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db

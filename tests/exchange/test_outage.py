@@ -1,4 +1,4 @@
-"""exchange/outage.py: a dependency's outage in a few log lines, not one per failed request."""
+"""exchange/runtime/outage.py: a dependency's outage in a few log lines, not one per failed request."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from exchange import outage as outage_module
-from exchange.outage import Outage, WithoutServiceUnavailable
+from exchange.runtime import outage as outage_module
+from exchange.runtime.outage import Outage, WithoutServiceUnavailable
 
 LOGGER = "tests.outage"
 
@@ -97,7 +97,7 @@ def test_a_periodic_job_rides_out_an_outage_and_still_raises_its_own_errors(capl
     from django.db import OperationalError
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from exchange.outage import periodic
+    from exchange.runtime.outage import periodic
 
     caplog.set_level(logging.INFO, logger="exchange.periodic")
     failures = [OperationalError("the database system is shutting down"), RedisConnectionError("refused")]

@@ -18,7 +18,7 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from exchange.api import ratelimit
-from exchange.models import RateLimitBan
+from exchange.api.models import RateLimitBan
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
 
@@ -340,8 +340,8 @@ def test_concurrent_requests_exactly_the_limit_succeed_and_one_ban_is_created():
 def test_embedded_memory_storage_limits_and_bans_like_redis(client):
     """`make run` without REDIS_URL keeps the counters in process memory: same rules."""
     from exchange.api import ratelimit
+    from exchange.api.models import RateLimitBan
     from exchange.api.ratelimit import rate_limit_ban_lift
-    from exchange.models import RateLimitBan
 
     with override_settings(RATE_LIMIT_STORAGE_URL="memory://", IP_WEIGHT_LIMIT_PER_MINUTE=3):
         ratelimit.counters().reset()

@@ -162,7 +162,7 @@ def test_a_request_refused_for_its_timing_does_not_spend_its_signature(master, m
 @pytest.mark.urls(TEST_URLS)
 def test_a_request_refused_by_a_limit_or_a_ban_does_not_spend_its_signature(master, make_key, settings):
     from exchange.api import ratelimit
-    from exchange.models import RateLimitBan
+    from exchange.api.models import RateLimitBan
 
     settings.IP_WEIGHT_LIMIT_PER_MINUTE = 1
     api_key, secret = make_key(master)
@@ -239,7 +239,7 @@ def test_storage_down_refuses_signed_writes_and_serves_reads(master, make_key, m
     from redis.exceptions import ConnectionError as RedisConnectionError
 
     from exchange.api import ratelimit
-    from exchange.outage import Outage
+    from exchange.runtime.outage import Outage
 
     api_key, secret = make_key(master)
     client = SignedClient(api_key.key, secret)

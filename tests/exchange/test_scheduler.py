@@ -3,7 +3,7 @@ import time
 import pytest
 
 from accounts.models import LedgerCheckRun
-from exchange.scheduler import start_embedded_scheduler
+from exchange.runtime.scheduler import start_embedded_scheduler
 
 
 @pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ from django.urls import reverse
 from accounts.models import User
 from exchange.api import ratelimit
 from exchange.api.middleware import is_api_path
-from exchange.models import RateLimitBan
+from exchange.api.models import RateLimitBan
 from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db

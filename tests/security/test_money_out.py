@@ -169,7 +169,7 @@ def test_the_service_itself_refuses_a_sender_that_may_not_send(flags):
 
 def test_an_unpriced_asset_cannot_be_moved(make_key):
     Asset.objects.filter(code="USDT").update(reference_price=0)
-    from exchange.ttlcache import clear_all
+    from exchange.runtime.ttlcache import clear_all
 
     clear_all()  # the update above bypassed the save signal that clears cached assets
     client = client_with(MASTER, make_key)
@@ -257,7 +257,7 @@ def test_a_coin_unpriced_in_the_approval_currency_cannot_be_withdrawn(make_key):
     """Found in review: the limits' currency may be the coin itself (a tier in USDT), but withdrawal
     approvals are valued in PHP: at price 0 no withdrawal of it would ever wait for an operator."""
     from accounts.models import LimitTier
-    from exchange.ttlcache import clear_all
+    from exchange.runtime.ttlcache import clear_all
 
     LimitTier.objects.filter(is_default=True).update(currency="USDT")
     Asset.objects.filter(code="USDT").update(reference_price=0)

@@ -13,8 +13,8 @@ from django.test import Client, RequestFactory, override_settings
 from django.urls import get_resolver
 
 from exchange.api import handlers
+from exchange.api.models import RateLimitBan
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
-from exchange.models import RateLimitBan
 from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db

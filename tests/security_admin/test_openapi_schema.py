@@ -12,7 +12,7 @@ from drf_spectacular.settings import spectacular_settings
 from exchange.api import ratelimit
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
 from exchange.api.schema import forget_openapi_document
-from exchange.apis import OpenApiSchemaApi
+from exchange.platform.apis import OpenApiSchemaApi
 from tests.support.assertions import assert_error
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import User
-from exchange import roles
+from exchange.backoffice import roles
 from tests.support.staff import logged_in as _logged_in
 from tests.support.staff import staff_in as _staff_in
 

@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from accounts.models import User
 from exchange.api import ratelimit
-from exchange.models import RateLimitBan
+from exchange.api.models import RateLimitBan
 from tests.support.factories import NetworkFactory, WhitelistAddressFactory, customer
 from wallet import services as wallet_services
 from wallet.models import Deposit, DepositStatus, Withdrawal, WithdrawalStage

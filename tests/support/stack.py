@@ -98,7 +98,7 @@ def flush_redis(url: str) -> None:
     declared complete (exchange/api/ratelimit/replay.py), so the first signed writes are not refused."""
     import redis
 
-    from exchange.replay_memory import declare_complete
+    from exchange.api.replay_memory import declare_complete
 
     client = redis.Redis.from_url(url)
     client.flushdb()

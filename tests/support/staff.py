@@ -1,6 +1,6 @@
 """Staff members and their logged-in admin clients, for the admin tests.
 
-Roles are the groups of exchange/roles.py: SUPPORT (read-only), TREASURY (money operations),
+Roles are the groups of exchange/backoffice/roles.py: SUPPORT (read-only), TREASURY (money operations),
 ADMINISTRATOR (everything operators do). `staff_member(role)` makes one with the test password
 (tests.support.factories.TEST_PASSWORD), for a browser login."""
 
@@ -10,7 +10,7 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from accounts.models import User
-from exchange.roles import ADMINISTRATOR, SUPPORT, TREASURY
+from exchange.backoffice.roles import ADMINISTRATOR, SUPPORT, TREASURY
 from tests.support.factories import TEST_PASSWORD, UserFactory
 
 ROLES = (SUPPORT, TREASURY, ADMINISTRATOR)
@@ -24,7 +24,7 @@ def logged_in(user: User) -> Client:
 
 
 def staff_in(make_user, group_name: str) -> User:
-    """A staff member (made with the `make_user` fixture) in one of the roles of exchange/roles.py."""
+    """A staff member (made with the `make_user` fixture) in one of the roles of exchange/backoffice/roles.py."""
     user = make_user(is_staff=True)
     user.groups.add(Group.objects.get(name=group_name))
     return user

@@ -15,8 +15,8 @@ from django.utils import timezone
 from accounts import presenters as account_presenters
 from accounts import selectors as account_selectors
 from accounts.keyring import KeyRecord
-from exchange import presenters as exchange_presenters
-from exchange import selectors as exchange_selectors
+from exchange.platform import presenters as exchange_presenters
+from exchange.platform import selectors as exchange_selectors
 from tests.support.factories import AssetFactory, NetworkFactory, customer
 from wallet import presenters, selectors
 from wallet.models import Deposit, DepositStatus, Transfer, Withdrawal, WithdrawalStage

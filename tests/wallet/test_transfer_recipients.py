@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 
 from accounts.models import LimitTier, TierLimit
-from exchange.ttlcache import clear_all
+from exchange.runtime.ttlcache import clear_all
 from tests.support.assertions import assert_balance, assert_error, assert_ledger_balanced
 from tests.support.factories import AssetFactory, customer
 from wallet.models import Transfer

@@ -346,7 +346,7 @@ def test_insufficient_balance(peer_client, world, create_path):
 def test_amount_too_large_for_the_ledger_is_refused_cleanly(master_client, world, create_path):
     """An amount the regex admits (up to 30 integer digits) but nobody holds: a 4xx refusal, never a
     500. Without limit tiers, nothing stops such an amount before the ledger."""
-    from exchange.ttlcache import clear_all
+    from exchange.runtime.ttlcache import clear_all
 
     User.objects.update(limit_tier=None)
     LimitTier.objects.all().delete()

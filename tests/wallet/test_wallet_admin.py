@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
-from exchange.models import ChangeRequest, ChangeStatus
+from exchange.backoffice.models import ChangeRequest, ChangeStatus
 from tests.support.assertions import assert_error
 from tests.support.backoffice import held_deposit, trx_withdrawal
 from tests.support.client import SignedClient
@@ -152,7 +152,7 @@ SWITCH_ACTIONS = {
 def _switches(client: Client, changes: dict[str, dict[str, bool]]):
     """Switch the named networks ("USDT/TRX": {"withdraw_enable": False}) by the changelist's
     actions, with a reason. Switching withdrawals on is only proposed (a second Administrator
-    approves it: exchange/changes.py)."""
+    approves it: exchange/backoffice/changes.py)."""
     response = None
     for name, switches in changes.items():
         coin, network = name.split("/")

@@ -5,8 +5,8 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from accounts.ledger.errors import InsufficientBalance
-from exchange.backoffice import GuardedChangeAdmin
-from exchange.services import staff_action, summary
+from exchange.backoffice.services import staff_action, summary
+from exchange.backoffice.toolkit import GuardedChangeAdmin
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services
 

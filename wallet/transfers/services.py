@@ -17,7 +17,7 @@ from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import UserRef, transfer_parties
-from exchange.ttlcache import TtlCache
+from exchange.runtime.ttlcache import TtlCache
 from wallet import errors
 from wallet.models import Transfer, TransferFee
 from wallet.services import fits_precision

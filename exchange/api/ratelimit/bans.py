@@ -10,8 +10,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from exchange.api.models import RateLimitBan
 from exchange.api.ratelimit.storage import counters, limit_item
-from exchange.models import RateLimitBan
 
 logger = logging.getLogger(__package__)  # exchange.api.ratelimit, as before the split
 

@@ -9,7 +9,7 @@ import logging
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from exchange import replay_memory
+from exchange.api import replay_memory
 
 # The package's records keep one name (exchange.api.ratelimit), whichever of its modules logs.
 logger = logging.getLogger(__package__)

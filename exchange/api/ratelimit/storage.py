@@ -15,7 +15,7 @@ from limits import RateLimitItemPerMinute
 from limits.storage import MemoryStorage, RedisStorage, Storage, storage_from_string
 from redis.exceptions import RedisError
 
-from exchange import replay_memory
+from exchange.api import replay_memory
 from exchange.api.ratelimit.replay import (
     MEMORY_EPOCH_KEY,
     MEMORY_MARGIN_MS,
@@ -24,7 +24,7 @@ from exchange.api.ratelimit.replay import (
     START_EPOCH_LUA,
     RestartWatch,
 )
-from exchange.outage import Outage
+from exchange.runtime.outage import Outage
 
 logger = logging.getLogger(__package__)  # exchange.api.ratelimit, as before the split
 # While the storage is away: the first failure with its traceback, then a line every 10 s, then one when it is back.

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from django import forms
 from django.conf import settings
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.exceptions import ValidationError
@@ -25,7 +25,7 @@ from limits.strategies import FixedWindowRateLimiter
 
 from exchange.api import ratelimit
 from exchange.api.middleware import client_ip
-from exchange.services import REASON_REQUIRED
+from exchange.backoffice.services import REASON_REQUIRED
 
 
 @lru_cache(maxsize=1)
@@ -94,7 +94,7 @@ def login_failed(*, ip: str, username: str) -> None:
 
 
 class ThrottledAdminLoginForm(AdminAuthenticationForm):
-    """The admin's login form, counting failures (admin.site.login_form, set in exchange/admin.py)."""
+    """The admin's login form, counting failures (admin.site.login_form, set in exchange/backoffice/admin.py)."""
 
     def clean(self):
         username = self.cleaned_data.get("username") or ""
@@ -112,9 +112,22 @@ class ThrottledAdminLoginForm(AdminAuthenticationForm):
 # --- reasons for the admin's actions ---------------------------------------------------------------
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """A record nobody edits in the admin (journal, audit trail, change requests, ...)."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
 class ReasonActionForm(helpers.ActionForm):
     """The changelist's action bar with a reason field: every action that changes something records
-    why (exchange.services.staff_action) and is refused without one."""
+    why (exchange.backoffice.services.staff_action) and is refused without one."""
 
     reason = forms.CharField(
         required=False,
@@ -134,10 +147,10 @@ def action_reason(model_admin, request) -> str | None:
 
 
 def submit_to_each(model_admin, request, queryset, changes: dict, *, done: str, waits: str) -> None:
-    """A reason-taking changelist action that makes the same guarded change (exchange/changes.py) to
+    """A reason-taking changelist action that makes the same guarded change (exchange/backoffice/changes.py) to
     every selected row: applied at once where it loosens nothing, otherwise proposed; tells the user
     how many rows `done` ("{n} network(s) switched.") and which proposals wait (`waits` says why)."""
-    from exchange import changes as guarded_changes
+    from exchange.backoffice import changes as guarded_changes
 
     reason = action_reason(model_admin, request)
     if reason is None:
@@ -180,7 +193,7 @@ class ReasonFieldAdmin:
         return [*fields, "reason"] if may_write else fields
 
 
-# --- settings that matter to money (exchange/changes.py) -------------------------------------------
+# --- settings that matter to money (exchange/backoffice/changes.py) -------------------------------------------
 
 
 class GuardedChangeForm(ReasonFormMixin, forms.ModelForm):
@@ -188,7 +201,7 @@ class GuardedChangeForm(ReasonFormMixin, forms.ModelForm):
 
 
 class ChangeOutcomeResponses:
-    """The answers of a change page whose save went through exchange.changes.change_submit (its
+    """The answers of a change page whose save went through exchange.backoffice.changes.change_submit (its
     save_model sets request._change_outcome, or request._change_refused with the reason): a
     refusal or a proposal is said so, and not logged as a change (nothing changed)."""
 
@@ -217,8 +230,8 @@ class ChangeOutcomeResponses:
 
 
 class GuardedChangeAdmin(ChangeOutcomeResponses, ReasonFieldAdmin):
-    """For the ModelAdmin of a model declared with exchange.changes.guard. A change made on its page
-    goes through exchange.changes.change_submit: applied at once (audited) when it loosens nothing,
+    """For the ModelAdmin of a model declared with exchange.backoffice.changes.guard. A change made on its page
+    goes through exchange.backoffice.changes.change_submit: applied at once (audited) when it loosens nothing,
     otherwise proposed, and applied only when a second Administrator approves it (Service
     operations > Change requests). A new row goes through change_create (audited). Rows are never
     deleted here, nor edited in the list (a list edit would have no reason)."""
@@ -235,7 +248,7 @@ class GuardedChangeAdmin(ChangeOutcomeResponses, ReasonFieldAdmin):
         return actions
 
     def save_model(self, request, obj, form, change):
-        from exchange import changes
+        from exchange.backoffice import changes
 
         data = form.cleaned_data
         reason = data.get("reason")

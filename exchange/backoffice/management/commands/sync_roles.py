@@ -1,8 +1,8 @@
-"""`manage.py sync_roles`: write the staff roles of exchange/roles.py now (migrate does it too)."""
+"""`manage.py sync_roles`: write the staff roles of exchange/backoffice/roles.py now (migrate does it too)."""
 
 from django.core.management.base import BaseCommand
 
-from exchange.roles import LEGACY_GROUPS, ROLES, sync_roles
+from exchange.backoffice.roles import LEGACY_GROUPS, ROLES, sync_roles
 
 
 class Command(BaseCommand):

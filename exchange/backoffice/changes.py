@@ -2,7 +2,7 @@
 that matter to money").
 
 Every staff change of such a setting goes through `change_submit`, with a reason, and lands in the
-audit trail (exchange.services.staff_action). The rule, per field, is declared by the app that owns
+audit trail (exchange.backoffice.services.staff_action). The rule, per field, is declared by the app that owns
 the model (`guard(...)`, e.g. accounts/controls.py, wallet/controls.py):
 
 - a change that TIGHTENS a control (a price raised, a fee or minimum raised, a limit lowered, a
@@ -32,8 +32,8 @@ from decimal import Decimal, InvalidOperation
 from django.db import models, transaction
 from django.utils import timezone
 
-from exchange.models import ChangeRequest, ChangeStatus
-from exchange.services import jsonable, require_reason, staff_action
+from exchange.backoffice.models import ChangeRequest, ChangeStatus
+from exchange.backoffice.services import jsonable, require_reason, staff_action
 
 LOWER = "lower"
 HIGHER = "higher"
@@ -91,7 +91,7 @@ def guarded(model: type[models.Model]) -> Guarded:
 
 def _stored(model: type[models.Model], name: str, value):
     """`value` of field `name` as kept on a ChangeRequest: a related object by its key, Decimals as
-    text (exchange.services.jsonable)."""
+    text (exchange.backoffice.services.jsonable)."""
     field = model._meta.get_field(name)
     if isinstance(value, models.Model):
         value = value.pk

@@ -1,57 +1,18 @@
+"""The back office's records: the staff audit trail and the four-eyes change requests.
+
+Registered under the app label "exchange" (their tables, content types, permissions and migrations
+date from when they lived in exchange/models.py; the label-"exchange" app is exchange/platform, whose
+migrations hold them)."""
+
 from django.conf import settings
 from django.db import models
-
-
-class BusinessType(models.TextChoices):
-    SPOT = "SPOT", "Spot"
-    CONVERT = "CONVERT", "Convert"
-
-
-class BusinessStatus(models.Model):
-    """Whether a line of business is open; reported by GET /openapi/v1/check-sys-status."""
-
-    business_type = models.CharField(max_length=16, choices=BusinessType.choices, unique=True)
-    is_on = models.BooleanField(default=True, help_text="Off stops the business and shows 'off' to clients.")
-    updated_at = models.DateTimeField(auto_now=True)
-    updated_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta:
-        ordering = ["business_type"]
-        verbose_name_plural = "business statuses"
-
-    def __str__(self) -> str:
-        return f"{self.business_type}: {'on' if self.is_on else 'off'}"
-
-
-class RateLimitBan(models.Model):
-    """An IP banned (HTTP 418) for continuing after a 429. The request path reads the ban from the
-    rate-limit storage; this row is the record operators see and lift."""
-
-    ip = models.GenericIPAddressField(db_index=True)
-    offence = models.PositiveIntegerField(help_text="1 for a first offence within the escalation period.")
-    duration_seconds = models.PositiveIntegerField()
-    reason = models.CharField(max_length=200)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    expires_at = models.DateTimeField()
-    lifted_at = models.DateTimeField(null=True, blank=True)
-    lifted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"{self.ip} banned until {self.expires_at:%Y-%m-%d %H:%M:%S} (offence {self.offence})"
 
 
 class StaffAction(models.Model):
     """The audit trail of the back office: every action a staff member takes in the admin that
     moves money or changes what a customer may do (approvals, adjustments, top-ups, API keys, bans,
     business status, freezes): who, when, what (the object and the action), why (a reason, always
-    given) and a summary of the object before and after. Written by exchange.services.staff_action
+    given) and a summary of the object before and after. Written by exchange.backoffice.services.staff_action
     in the action's own transaction, so an action that is undone leaves no record and a record
     never describes an action that did not happen. Append-only: the admin shows it read-only."""
 
@@ -66,6 +27,7 @@ class StaffAction(models.Model):
     after = models.JSONField(default=dict, blank=True)
 
     class Meta:
+        app_label = "exchange"
         ordering = ["-id"]
         indexes = [models.Index(fields=["object_type", "object_id"], name="staff_action_object")]
         constraints = [models.CheckConstraint(condition=~models.Q(reason=""), name="staff_action_has_reason")]
@@ -83,9 +45,9 @@ class ChangeStatus(models.TextChoices):
 class ChangeRequest(models.Model):
     """A change of a setting that matters to money (a reference price, a fee, a minimum, a limit, an
     account's master, ...) that would loosen a control: proposed by one staff member, applied only
-    when a second Administrator approves it (exchange/changes.py). `before` is the object's values
+    when a second Administrator approves it (exchange/backoffice/changes.py). `before` is the object's values
     when proposed: an approval is refused if they have changed since, so what the second person
-    approves is exactly what will happen. Written only by exchange/changes.py; the admin shows it
+    approves is exactly what will happen. Written only by exchange/backoffice/changes.py; the admin shows it
     read-only with the approve and cancel buttons."""
 
     action = models.CharField(max_length=48, help_text="e.g. asset.change")
@@ -106,6 +68,7 @@ class ChangeRequest(models.Model):
     decision_reason = models.CharField(max_length=255, blank=True)
 
     class Meta:
+        app_label = "exchange"
         ordering = ["-id"]
         permissions = [("approve_changerequest", "Can approve a change proposed by another staff member")]
         indexes = [models.Index(fields=["object_type", "object_id"], name="change_request_object")]
@@ -119,7 +82,3 @@ class ChangeRequest(models.Model):
 
     def __str__(self) -> str:
         return f"change #{self.pk} {self.action} {self.object_repr} ({self.status})"
-
-
-# The dashboard's activity rollup (exchange/dashboard/models.py) belongs to this app.
-from exchange.dashboard.models import ActivityRollup, DailyActivity  # noqa: E402,F401

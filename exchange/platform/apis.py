@@ -17,9 +17,9 @@ from exchange.api.auth import server_time_ms
 from exchange.api.params import Param, ParamSpec
 from exchange.api.schema import openapi_rendered
 from exchange.api.views import GatewayApi
-from exchange.models import BusinessType
-from exchange.presenters import business_status_json
-from exchange.selectors import business_status_list
+from exchange.platform.models import BusinessType
+from exchange.platform.presenters import business_status_json
+from exchange.platform.selectors import business_status_list
 
 
 class PingApi(GatewayApi):

@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from exchange.dashboard.activity import activity_fold
-from exchange.outage import periodic
+from exchange.runtime.outage import periodic
 
 
 @shared_task(name="exchange.activity_rollup")

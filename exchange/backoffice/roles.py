@@ -7,7 +7,7 @@
 - Administrator: everything operators do: all of Treasury's, plus confirming (or cancelling)
   adjustments that someone else proposed, API keys, business status, bans, freezes, accounts,
   settings that matter to money (a change that loosens a control waits for another
-  Administrator's approval: exchange/changes.py).
+  Administrator's approval: exchange/backoffice/changes.py).
 Later apps add their models to these lists.
 
 `sync_roles` writes them after every `migrate` (post_migrate) and on `manage.py sync_roles`. The
@@ -35,7 +35,7 @@ TREASURY = "Treasury"
 ADMINISTRATOR = "Administrator"
 # Groups of earlier versions and the role their members get.
 LEGACY_GROUPS = {"Operations": ADMINISTRATOR, "Support (read-only)": SUPPORT}
-# Written only by the service that records each action (exchange.services.staff_action).
+# Written only by the service that records each action (exchange.backoffice.services.staff_action).
 NEVER_GRANTED = ("exchange.staffaction",)
 
 _TREASURY_CHANGE = ["wallet.deposit", "wallet.withdrawal"]
@@ -80,7 +80,7 @@ ROLES: dict[str, dict[str, list[str]]] = {
         ],
         # The second pair of eyes on a manual adjustment (accounts/ledger/services.py).
         "confirm": ["accounts.manualadjustment"],
-        # ... and on a change of a setting that loosens a control (exchange/changes.py).
+        # ... and on a change of a setting that loosens a control (exchange/backoffice/changes.py).
         "approve": ["exchange.changerequest"],
     },
 }

@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 
+from celery import Celery, current_app
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -16,9 +17,12 @@ _started = threading.Lock()
 _running: threading.Event | None = None
 
 
-def start_embedded_scheduler(schedule: dict | None = None, *, force: bool = False) -> threading.Event | None:
+def start_embedded_scheduler(
+    schedule: dict | None = None, *, force: bool = False, app: Celery | None = None
+) -> threading.Event | None:
     """Start once per process, only where tasks run in-process (no broker). Returns an event that
-    stops the thread when set."""
+    stops the thread when set. `app`: the Celery app whose tasks run (the asgi module passes the
+    project's; by default the current one, which the project's is once exchange/celery.py loaded)."""
     global _running
     if not force and (not settings.CELERY_TASK_ALWAYS_EAGER or not settings.EMBEDDED_SCHEDULER):
         return None
@@ -28,7 +32,9 @@ def start_embedded_scheduler(schedule: dict | None = None, *, force: bool = Fals
         stop = threading.Event()
         _running = stop
     entries = dict(schedule if schedule is not None else settings.CELERY_BEAT_SCHEDULE)
-    threading.Thread(target=_run, args=(entries, stop), name="embedded-scheduler", daemon=True).start()
+    threading.Thread(
+        target=_run, args=(app or current_app, entries, stop), name="embedded-scheduler", daemon=True
+    ).start()
     return stop
 
 
@@ -36,9 +42,7 @@ def _seconds(schedule) -> float:
     return schedule.total_seconds() if hasattr(schedule, "total_seconds") else float(schedule)
 
 
-def _run(entries: dict, stop: threading.Event) -> None:
-    from exchange.celery import app
-
+def _run(app: Celery, entries: dict, stop: threading.Event) -> None:
     app.loader.import_default_modules()  # the apps' tasks modules (autodiscovery is lazy)
     next_run = {name: time.monotonic() + _seconds(entry["schedule"]) for name, entry in entries.items()}
     while not stop.is_set():

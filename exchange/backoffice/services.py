@@ -1,5 +1,6 @@
-"""Writes owned by the exchange app: business status (rate-limit bans: exchange/api/ratelimit/bans.py)
-and the staff audit trail (`staff_action`)."""
+"""The staff audit trail (`staff_action`): every staff action that moves money or changes what a
+customer may do is recorded with its reason in the action's own transaction; `summary` pictures a
+row for it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from decimal import Decimal
 
 from django.db import models, transaction
 
-from exchange.models import BusinessStatus, StaffAction
+from exchange.backoffice.models import StaffAction
 
 REASON_REQUIRED = "A reason is required: say why (it is kept in the audit trail with your name)."
 
@@ -62,7 +63,7 @@ def _jsonable(value):
     return value
 
 
-jsonable = _jsonable  # for exchange/changes.py, which keeps values the same way
+jsonable = _jsonable  # for exchange/backoffice/changes.py, which keeps values the same way
 
 
 @dataclass
@@ -103,18 +104,3 @@ def staff_action(
             before=_jsonable(before or {}),
             after=_jsonable(draft.after or {}),
         )
-
-
-def business_status_set(*, business_type: str, is_on: bool, updated_by=None) -> BusinessStatus:
-    status, _ = BusinessStatus.objects.update_or_create(
-        business_type=business_type, defaults={"is_on": is_on, "updated_by": updated_by}
-    )
-    return status
-
-
-def business_status_seed(**_kwargs) -> None:
-    """SPOT and CONVERT rows exist (on) after every migrate; operators switch them in the admin."""
-    from exchange.models import BusinessType
-
-    for business_type in BusinessType.values:
-        BusinessStatus.objects.get_or_create(business_type=business_type, defaults={"is_on": True})

@@ -3,7 +3,7 @@ only the API layer calls these."""
 
 from __future__ import annotations
 
-from exchange.selectors import BusinessStatusRow
+from exchange.platform.selectors import BusinessStatusRow
 
 
 def business_status_json(row: BusinessStatusRow) -> dict:

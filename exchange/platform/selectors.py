@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from exchange.models import BusinessStatus, BusinessType
+from exchange.platform.models import BusinessStatus, BusinessType
 
 
 class BusinessStatusRow(NamedTuple):
