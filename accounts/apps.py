@@ -27,14 +27,17 @@ class AccountsConfig(AppConfig):
 
     def ready(self) -> None:
         from accounts import controls
+        from accounts.keyring import keyrings
         from accounts.ledger import errors as ledger_errors
         from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
-        from exchange.api import errors
+        from exchange.api import auth, errors
         from exchange.runtime.ttlcache import clear_all
 
-        controls.register()  # which staff changes wait for a second Administrator (exchange/changes.py)
+        controls.register()  # which staff changes wait for a second Administrator (exchange/backoffice/changes.py)
         # The ledger's refusals are its own; the gateway answers them with its code table's rows.
         errors.answer_as(ledger_errors.InsufficientBalance, errors.InsufficientBalance)
+        # The gateway imports no app: it finds API keys in the store registered here.
+        auth.register_key_store(keyrings)
 
         # Cache invalidation, not business logic: any saved change to a key or an account (admin,
         # services, shell) evicts the gateway's cached keyring of that account.

@@ -1,7 +1,13 @@
 """Dependencies point one way (docs/architecture.md).
 
-Everything may use `exchange` and `accounts`; `streams` reads `accounts`; no app imports `streams`
-to publish; `accounts` never imports an app above it. Around the apps sit the operator tools
+`exchange/` is parts, each one line of docs/architecture.md (`PARTS`): the runtime helpers, the
+gateway (`exchange/api`, which imports no app), the back office's staff tools, the platform app
+(business status, label "exchange"), the back office's read side (`exchange/dashboard`, above every
+app), the code that runs the stack, and the wiring. Each part and each app may import only the
+parts listed for it in `MAY_USE`: every app may use the runtime, the gateway, the staff tools and
+the platform; `streams` reads `accounts`; no app imports `streams` to publish; `accounts` never
+imports an app above it; only the dashboard, the stack runner and the wiring see every app. Around
+the apps sit the operator tools
 (`scripts/`), the benchmarks (`bench/`) and the tests (`tests/`): they may use every app, no app
 uses them, and of the three only the tests use the other two. This test parses every module of the
 project (the apps, scripts, bench, tests and manage.py; a bench script without a `.py` suffix too)
@@ -27,19 +33,45 @@ OUTER = ("scripts", "bench", "tests")
 # `import _stack` loads bench/_stack.py.
 SYS_PATH_DIRS = ("bench",)
 
-# The project wiring: settings, URL confs, ASGI/WSGI entry points and the Celery app necessarily
-# name every app. They may import anything; nothing imports them (except each other).
+# The project wiring: settings, URL confs, ASGI/WSGI entry points, the Celery app, the project
+# package itself (exchange/__init__.py loads the Celery app; exchange/apps.py installs the package for
+# its management commands) and manage.py necessarily name every app. They may import anything;
+# nothing imports them (except each other).
 WIRING = (
     "exchange.urls",
     "exchange.api_urls",
     "exchange.asgi",
     "exchange.wsgi",
     "exchange.celery",
+    "exchange.apps",
     "exchange.settings",  # and every module under it
 )
-# The back office's read side (the operations dashboard and the customer page) sits on top of every
-# app: it reads their models and selectors, and only the wiring (exchange.urls) and its own app import it.
-BACK_OFFICE = ("exchange.dashboard",)
+# The parts of exchange/ below the wiring, by package (a module belongs to the longest that names it).
+PARTS = {
+    "exchange.runtime": "runtime",  # process-wide helpers every app may use (outage log, caches, beat)
+    "exchange.api": "gateway",  # the request gateway: depends on no app (the key store is registered)
+    "exchange.backoffice": "backoffice",  # staff tools: audit trail, four eyes, roles, admin parts
+    "exchange.platform": "platform",  # the service's own small domain (app label "exchange")
+    "exchange.dashboard": "dashboard",  # the back office's read side: dashboard, customer page, site
+    "exchange.stack": "stack",  # the code that runs the stack (the one-harness step of issue 27)
+    "exchange.management": "stack",  # `manage.py simulate`
+}
+# What each part or app may import besides itself (the harnesses: see _upward).
+_LOW = frozenset({"runtime", "gateway", "backoffice", "platform"})
+_APPS = frozenset({"accounts", "wallet", "convert", "subaccounts", "streams"})
+MAY_USE: dict[str, frozenset[str]] = {
+    "runtime": frozenset(),
+    "gateway": frozenset({"runtime"}),
+    "backoffice": frozenset({"runtime", "gateway"}),
+    "platform": frozenset({"runtime", "gateway", "backoffice"}),
+    "accounts": _LOW,
+    "wallet": _LOW | {"accounts", "convert", "subaccounts"},
+    "convert": _LOW | {"accounts", "wallet", "subaccounts"},
+    "subaccounts": _LOW | {"accounts", "wallet", "convert"},
+    "streams": _LOW | {"accounts"},
+    "dashboard": _LOW | _APPS,
+    "stack": _LOW | _APPS | {"dashboard"},
+}
 
 # Imports allowed to close a cycle, as (importer, imported). It is empty and should stay so: a
 # service hands work to its task through a hook its tasks module registers (wallet/services.py,
@@ -149,7 +181,25 @@ def _layer(module: str) -> int:
 
 
 def _is_wiring(module: str) -> bool:
-    return any(module == w or module.startswith(w + ".") for w in WIRING)
+    return module in ("exchange", "manage") or any(module == w or module.startswith(w + ".") for w in WIRING)
+
+
+def _part(module: str) -> str:
+    """The part of the project `module` belongs to: "wiring", a part of exchange/ (PARTS), or its
+    top-level package (an app, scripts, bench, tests)."""
+    if _is_wiring(module):
+        return "wiring"
+    named = [prefix for prefix in PARTS if module == prefix or module.startswith(prefix + ".")]
+    return PARTS[max(named, key=len)] if named else _app(module)
+
+
+_WHY = {
+    "wiring": "only the project wiring imports the project wiring",
+    "streams": "no app imports streams (streams listens; it is never called to publish)",
+    "stack": "no app imports the code that runs the stack",
+    "dashboard": "only the wiring imports the back office's read side (it sits above every app)",
+    "accounts": "accounts is above the exchange parts and below every other app",
+}
 
 
 def _upward(importer: str, imported: str) -> str | None:
@@ -159,20 +209,12 @@ def _upward(importer: str, imported: str) -> str | None:
         return f"only the tests import {_app(imported)}/ (nothing below them depends on a harness)"
     if _layer(importer):  # the harnesses run the project: every app and the wiring
         return None
-    if _is_wiring(importer) or importer.startswith(tuple(f"{m}." for m in BACK_OFFICE)):
+    src, dst = _part(importer), _part(imported)
+    if src == dst or src == "wiring":
         return None
-    src, dst = _app(importer), _app(imported)
-    if src == dst:
+    if dst in MAY_USE.get(src, frozenset()):
         return None
-    if _is_wiring(imported):
-        return "only the project wiring imports the project wiring"
-    if dst == "streams":
-        return "no app imports streams (streams listens; it is never called to publish)"
-    if src == "accounts" and dst in ("wallet", "streams", "convert", "subaccounts"):
-        return "accounts is below every other app"
-    if src == "exchange" and dst != "accounts":
-        return "exchange may use only accounts"
-    return None
+    return _WHY.get(dst, f"{src} may use only {', '.join(sorted(MAY_USE[src])) or 'itself'}")
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -278,7 +320,10 @@ def test_graph_sees_the_project():
     graph = _graph()
     assert "accounts.models" in graph
     assert "exchange.api.views" in graph
-    assert "accounts.keyring" in graph["exchange.api.views"]
+    assert "exchange.api.auth" in graph["exchange.api.views"]
+    assert _part("exchange.api.ratelimit.bans") == "gateway"
+    assert _part("exchange.dashboard.views") == "dashboard"
+    assert _part("exchange.settings.base") == _part("exchange") == "wiring"
     # scripts, bench (extensionless scripts and the modules they import from bench/) and tests
     assert "wallet.services" in graph["tests.wallet.test_withdraw_life"]
     assert "bench._stack" in graph["bench.transfers"]
@@ -303,6 +348,26 @@ def test_no_upward_imports():
         if (reason := _upward(importer, imported)) and (importer, imported) not in REMOVED_BY_ONE_HARNESS
     ]
     assert not bad, "upward imports:\n" + "\n".join(bad)
+
+
+def test_the_gateway_imports_no_app():
+    """issue 27, item 1: the key look-up is registered into the gateway (accounts/apps.py), the
+    ledger's refusals are answered through answer_as; the gateway names none of the apps."""
+    graph = _graph()
+    gateway = [m for m in graph if _part(m) == "gateway"]
+    assert "exchange.api.auth" in gateway
+    named = sorted(
+        {(m, d) for m in gateway for d in graph[m] if _part(d) != "gateway"}
+        - {(m, d) for m in gateway for d in graph[m] if _part(d) == "runtime"}
+    )
+    assert not named, f"the gateway imports: {named}"
+
+
+def test_every_module_of_exchange_is_in_a_part():
+    """No loose modules at exchange/'s root beyond the wiring: every module of exchange/ is in a part
+    that docs/architecture.md states in one line (or is the wiring)."""
+    loose = [m for m in _graph() if _app(m) == "exchange" and _part(m) == "exchange"]
+    assert not loose, f"modules of exchange/ in no part: {loose}"
 
 
 def test_no_cycle_is_allowed():

@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import unquote, unquote_plus
 
 from exchange.api.errors import (
@@ -270,9 +270,34 @@ class EndpointAuth:
     timestamp_optional: bool = False
 
 
+class KeyStore(Protocol):
+    """Where the gateway finds API keys. The gateway depends on no app: the accounts app registers
+    its key cache (accounts.keyring.keyrings) with `register_key_store` when it loads."""
+
+    def cached(self, key: str) -> bool:
+        """Whether `key` can be answered without the database (known, or known to be unknown)."""
+
+    def lookup(self, key: str) -> tuple[Any, Any] | None:
+        """(the key's keyring, with `account()`; the key's record), or None for an unknown key."""
+
+
+_key_store: KeyStore | None = None
+
+
+def register_key_store(store: KeyStore) -> None:
+    global _key_store
+    _key_store = store
+
+
+def key_store() -> KeyStore:
+    if _key_store is None:
+        raise RuntimeError("No API key store registered (accounts/apps.py registers it when Django starts).")
+    return _key_store
+
+
 @dataclass(frozen=True)
 class Caller:
-    api_key: Any  # accounts.keyring.KeyRecord
+    api_key: Any  # the key store's record of the key (accounts.keyring.KeyRecord)
     account: Any  # accounts.models.User
     # A signed write is accepted once: (api key, lower-case signature, seconds to remember it, its
     # timestamp). The replay check is made with the rate-limit charge (ratelimit.charge), after
@@ -297,12 +322,10 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
     once), or None for NONE endpoints; raise on refusal. Refusals here never spend a signature."""
     if not endpoint.security.needs_key:
         return None
-    from accounts.keyring import keyrings
-
     key_text = raw.meta.get(_API_KEY_META, "").strip()
     if not key_text:
         raise Unauthorized()
-    found = keyrings.lookup(key_text) if _API_KEY_FORMAT.fullmatch(key_text) else None
+    found = key_store().lookup(key_text) if _API_KEY_FORMAT.fullmatch(key_text) else None
     if found is None:
         raise ApiKeyNotExist()
     keyring, api_key = found

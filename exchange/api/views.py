@@ -24,8 +24,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from accounts.keyring import keyrings
-from exchange.api.auth import SIGNING_PARAMS, EndpointAuth, RawRequest, Security, authenticate
+from exchange.api.auth import SIGNING_PARAMS, EndpointAuth, RawRequest, Security, authenticate, key_store
 from exchange.api.errors import (
     DATABASE_OUTAGE,
     ApiKeyTypeWrong,
@@ -107,7 +106,7 @@ class GatewayApi(APIView):
             if method.lower() not in self.http_method_names or not hasattr(self, method.lower()):
                 raise MethodNotAllowed(method)
             raw = self._raw_request(http_request, ip)
-            if self.security.needs_key and not keyrings.cached(raw.meta.get("HTTP_X_SERVICE_APIKEY", "").strip()):
+            if self.security.needs_key and not key_store().cached(raw.meta.get("HTTP_X_SERVICE_APIKEY", "").strip()):
                 # The key must come from the database: count the IP (and refuse a banned one) first.
                 ip_paid = None
                 charge(http_request, ip=ip, ip_weight=ip_weight)
