@@ -36,6 +36,7 @@ class AccountsConfig(AppConfig):
         controls.register()  # which staff changes wait for a second Administrator (exchange/backoffice/changes.py)
         # The ledger's refusals are its own; the gateway answers them with its code table's rows.
         errors.answer_as(ledger_errors.InsufficientBalance, errors.InsufficientBalance)
+        errors.answer_as(ledger_errors.AccountMayNotSend, errors.NoPermission, keep_message=True)
         # The gateway imports no app: it finds API keys in the store registered here.
         auth.register_key_store(keyrings)
 

@@ -1,13 +1,9 @@
 """Accounts refusals: who may move money (accounts/policy.py) and the account endpoints. Each
-subclasses the gateway error whose code and HTTP status it answers (exchange/api/errors.py)."""
+subclasses the gateway error whose code and HTTP status it answers (exchange/api/errors.py). A
+sender that may not send is refused by the ledger too, so that refusal is the ledger's own
+(accounts/ledger/errors.py, AccountMayNotSend)."""
 
 from exchange.api.errors import BadRequest, InvalidParameter, NoPermission
-
-
-class AccountMayNotSend(NoPermission):
-    """A sender frozen, deactivated, barred from withdrawing, or one of the service's own accounts."""
-
-    message = "This account may not send funds: it is frozen, deactivated or barred from withdrawing."
 
 
 class AssetNotPriced(BadRequest):

@@ -20,7 +20,8 @@ checks are the second line: they hold for calls that do not come through a custo
 
 from __future__ import annotations
 
-from accounts.errors import AccountMayNotSend, AssetNotPriced
+from accounts.errors import AssetNotPriced
+from accounts.ledger.errors import AccountMayNotSend
 from accounts.models import ApiKeyType
 
 # The currency limits and withdrawal approvals are valued in when an account has no limit tier.

@@ -30,8 +30,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts import ledger, policy
-from accounts.errors import AccountMayNotSend
-from accounts.ledger.errors import InsufficientBalance
+from accounts.ledger.errors import AccountMayNotSend, InsufficientBalance
 from accounts.ledger.models import Balance, BusinessType, Posting
 from accounts.models import SystemRole, User
 from convert import errors, prices

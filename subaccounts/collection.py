@@ -16,8 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts import ledger, policy
-from accounts.errors import AccountMayNotSend
-from accounts.ledger.errors import InsufficientBalance
+from accounts.ledger.errors import AccountMayNotSend, InsufficientBalance
 from accounts.ledger.models import Balance, BusinessType, LedgerAccount
 from accounts.models import User
 from subaccounts import errors

@@ -13,3 +13,14 @@ class InsufficientBalance(LedgerError):
 
     def __init__(self, msg: str = "Balance insufficient.") -> None:
         super().__init__(msg)
+
+
+class AccountMayNotSend(LedgerError):
+    """A sender frozen, deactivated, barred from withdrawing, or one of the service's own accounts:
+    refused by the ledger under its lock and by accounts/policy.py before (answered -1152 with this
+    message, HTTP 401)."""
+
+    def __init__(
+        self, msg: str = "This account may not send funds: it is frozen, deactivated or barred from withdrawing."
+    ) -> None:
+        super().__init__(msg)

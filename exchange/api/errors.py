@@ -405,23 +405,24 @@ class ConvertError(ExchangeError):
 
 # --- the handler ----------------------------------------------------------------------------------
 
-# Exceptions of other layers answered with a row of the table: raised type -> the row's class.
-_ANSWERS: dict[type[Exception], type[ExchangeError]] = {}
+# Exceptions of other layers answered with a row of the table: raised type -> (the row's class,
+# whether the raised exception's text is the message).
+_ANSWERS: dict[type[Exception], tuple[type[ExchangeError], bool]] = {}
 
 
-def answer_as(raised: type[Exception], answer: type[ExchangeError]) -> None:
+def answer_as(raised: type[Exception], answer: type[ExchangeError], *, keep_message: bool = False) -> None:
     """Answer `raised` (and its subclasses) wherever it reaches the gateway as `answer()`: its
-    code, HTTP status and message. How a layer that must not import the gateway (the ledger) gets
-    its refusals answered."""
-    _ANSWERS[raised] = answer
+    code, HTTP status and message (with `keep_message`, the raised exception's own text). How a
+    layer that must not import the gateway (the ledger) gets its refusals answered."""
+    _ANSWERS[raised] = (answer, keep_message)
 
 
 def _translate(exc: Exception, method: str) -> ExchangeError:
     if isinstance(exc, ExchangeError):
         return exc
-    for raised, answer in _ANSWERS.items():
+    for raised, (answer, keep_message) in _ANSWERS.items():
         if isinstance(exc, raised):
-            return answer()
+            return answer(msg=str(exc)) if keep_message else answer()
     if isinstance(exc, drf_exceptions.MethodNotAllowed):
         return MethodNotAllowed(method)
     if isinstance(exc, Http404 | drf_exceptions.NotFound):

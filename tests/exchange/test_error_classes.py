@@ -160,13 +160,6 @@ def test_no_factory_functions_are_left():
             "Duplicate client_transfer_id: it was already used on this account.",
         ),
         (
-            accounts.errors.AccountMayNotSend(),
-            NoPermission,
-            -1152,
-            401,
-            "This account may not send funds: it is frozen, deactivated or barred from withdrawing.",
-        ),
-        (
             accounts.errors.AssetNotPriced("USDT"),
             BadRequest,
             -1010,
@@ -261,6 +254,23 @@ def test_the_ledgers_refusal_is_answered_with_the_code_tables_row():
     response = exception_handler(accounts.ledger.errors.InsufficientBalance(), {"request": None})
     assert (response.status_code, response.data) == (400, {"code": -1131, "msg": "Balance insufficient."})
     assert not issubclass(accounts.ledger.errors.InsufficientBalance, ExchangeError)
+
+
+def test_a_sender_that_may_not_send_is_the_ledgers_refusal_answered_as_before():
+    """AccountMayNotSend is raised by the ledger under its lock (and by accounts/policy.py before):
+    the ledger's own class, answered with the code table's -1152 row and its own message, as the
+    API has always answered it (it used to subclass the gateway's NoPermission)."""
+    error = accounts.ledger.errors.AccountMayNotSend()
+    response = exception_handler(error, {"request": None})
+    assert (response.status_code, response.data) == (
+        401,
+        {
+            "code": -1152,
+            "msg": "This account may not send funds: it is frozen, deactivated or barred from withdrawing.",
+        },
+    )
+    assert not issubclass(accounts.ledger.errors.AccountMayNotSend, ExchangeError)
+    assert issubclass(accounts.ledger.errors.AccountMayNotSend, accounts.ledger.errors.LedgerError)
 
 
 def test_msg_and_headers_still_override_one_raise():

@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 
 from accounts import ledger
-from accounts.errors import AccountMayNotSend
 from accounts.ledger.check import ledger_check
+from accounts.ledger.errors import AccountMayNotSend
 from accounts.ledger.models import LedgerAccount
 from accounts.models import Balance, SystemRole, User
 from tests.support.assertions import assert_error

@@ -9,8 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from accounts.errors import AccountMayNotSend
 from accounts.ledger.check import ledger_check
+from accounts.ledger.errors import AccountMayNotSend
 from accounts.ledger.models import Asset, Posting
 from accounts.models import ApiKeyType, Balance, User
 from tests.support.assertions import assert_error

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 import accounts.ledger.posting.postgres as postgres
 import accounts.ledger.posting.sqlite as sqlite
-from accounts.errors import AccountMayNotSend
+from accounts.ledger.errors import AccountMayNotSend
 from accounts.ledger.models import QUANTUM, Asset, Bucket, BusinessType
 from accounts.ledger.posting.plan import ZERO, LinkedRow, LockedAccount, Plan, Written, plan_posting
 
