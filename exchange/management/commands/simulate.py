@@ -1,16 +1,11 @@
 """`manage.py simulate --seed N --minutes M [--customers K] [--keep]`: the seeded simulation of the
-whole exchange under faults (scripts/simulate.py, which says what it does and checks). It starts its
-own PostgreSQL cluster and Redis and the stack exactly as `make run` does; this process's database
-settings are not used. Exit status 1 when an end check fails."""
+whole exchange under faults (exchange/stack/simulation, which says what it does and checks). It
+starts its own PostgreSQL cluster and Redis and the stack exactly as `make run` does; this process's
+database settings are not used. Exit status 1 when an end check fails."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-
-def _driver():
-    """scripts/simulate.py (imported when the command runs: it starts processes, needs no Django)."""
-    from scripts import simulate
-
-    return simulate
+from exchange.stack.simulation.run import run
 
 
 class Command(BaseCommand):
@@ -25,7 +20,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["minutes"] <= 0 or options["customers"] < 1:
             raise CommandError("--minutes must be positive and --customers at least 1")
-        result = _driver().run(
+        result = run(
             options["seed"], options["minutes"], customers=options["customers"], out=self.stdout, keep=options["keep"]
         )
         if not result.ok:

@@ -1,6 +1,6 @@
 """What the simulation records of each operation with a client id (`Move`), and its amounts drawn
-from the seed (`_amount`); shared by scripts/simulate.py and its cycle customer
-(scripts/convert_cycles.py)."""
+from the seed (`_amount`); shared by the simulation and its cycle customer
+(cycles.py)."""
 
 from __future__ import annotations
 

@@ -17,10 +17,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal, localcontext
 
-from scripts import chaos
-from scripts.simulation_moves import Move, _amount
-
-now = chaos.now
+from exchange.stack.chaos.records import Check, now
+from exchange.stack.simulation.moves import Move, _amount
 
 # The cycle customer (issue 25, finding 1): closed trails of up to this many conversions, each
 # directed pair at most once; a cycle starts with this many times its first pair's minimum.
@@ -272,7 +270,7 @@ class CycleCustomer:
         detail = f"{len(rows)} successful orders at their quotes' market prices: house P&L {figures or 'none'}"
         if losing:
             detail += f"; {len(losing)} LOSING:\n      " + "\n      ".join(losing[:10])
-        return chaos.Check("convert_pnl", not losing, detail)
+        return Check("convert_pnl", not losing, detail)
 
     def pair_places_of(self, asset: str) -> int:
         return min((n for (_, target), n in self.pair_places.items() if target == asset), default=8)
@@ -332,4 +330,4 @@ class CycleCustomer:
         )
         if failures:
             detail += f"; {len(failures)} RICHER THAN THE MARKET MOVED:\n      " + "\n      ".join(failures[:10])
-        return chaos.Check("cycles", not failures, detail)
+        return Check("cycles", not failures, detail)
