@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Postings per second through `ledger.post` against the same database work done in raw SQL, on
 the same fresh PostgreSQL database, in one run.
 
@@ -26,11 +25,8 @@ import threading
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import _stack
+from bench import _bench
 
 SECONDS = float(os.environ.get("BENCH_SECONDS", "6"))
 ROUNDS = 2
@@ -193,8 +189,8 @@ def per_second(threads: int, work, seconds: float) -> float:
 
 
 def main() -> None:
-    env = _stack.bench_env("exchange_bench_ledger", 12)
-    _stack.recreate_database(env)
+    env = _bench.bench_env("exchange_bench_ledger", 12)
+    _bench.recreate_database(env)
     setup_django(env)
     from accounts.ledger import after_commit_listeners
     from accounts.ledger.check import ledger_check

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """User data stream on the stack exactly as `make run` starts it (exchange/stack.py: nginx in front of
 granian and one Daphne, Celery worker and beat, PostgreSQL, Redis channel layer); websockets connect
 through nginx's one port, as clients do.
@@ -50,8 +49,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
+from bench import _bench
+from exchange.stack.layout import ROOT
+from exchange.stack.make_run import make_run
 
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "100"))
 RATE = float(os.environ.get("BENCH_RATE", "200"))
@@ -183,7 +183,7 @@ print(json.dumps(out))
 
 def run_python(env: dict[str, str], code: str, *args: str) -> str:
     return subprocess.run(
-        [_stack.PYTHON, "-c", code, *args], cwd=_stack.ROOT, env=env, check=True, capture_output=True, text=True
+        [_bench.PYTHON, "-c", code, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout
 
 
@@ -246,7 +246,7 @@ async def latency_phase(env: dict[str, str], port: int, accounts: list[list]) ->
         outs = [Path(tmp) / f"poster{n}.json" for n in range(POSTERS)]
         posters = [
             await asyncio.create_subprocess_exec(
-                _stack.PYTHON,
+                _bench.PYTHON,
                 "-c",
                 POSTER,
                 json.dumps([account for account, _ in accounts[n::POSTERS]]),
@@ -254,7 +254,7 @@ async def latency_phase(env: dict[str, str], port: int, accounts: list[list]) ->
                 str(SECONDS),
                 str(WARMUP_SECONDS),
                 str(out),
-                cwd=_stack.ROOT,
+                cwd=ROOT,
                 env=env,
                 stderr=subprocess.PIPE,
             )
@@ -316,7 +316,7 @@ async def busy_phase(env: dict[str, str], port: int, account: int, key: str) -> 
         outs = [Path(tmp) / f"busy{n}.json" for n in range(BUSY_POSTERS)]
         posters = [
             await asyncio.create_subprocess_exec(
-                _stack.PYTHON,
+                _bench.PYTHON,
                 "-c",
                 POSTER,
                 json.dumps([account]),
@@ -324,7 +324,7 @@ async def busy_phase(env: dict[str, str], port: int, account: int, key: str) -> 
                 str(SECONDS),
                 str(WARMUP_SECONDS),
                 str(out),
-                cwd=_stack.ROOT,
+                cwd=ROOT,
                 env=env,
                 stderr=subprocess.PIPE,
             )
@@ -408,10 +408,10 @@ def main() -> None:
     if soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     # One client address opens them all here: room above the per-IP cap.
-    env = _stack.bench_env("exchange_bench_streams", 13, STREAM_MAX_CONNECTIONS_PER_IP=str(IDLE + 1000))
+    env = _bench.bench_env("exchange_bench_streams", 13, STREAM_MAX_CONNECTIONS_PER_IP=str(IDLE + 1000))
     if os.environ.get("BENCH_SETTINGS"):  # try the servers and processes with other settings
         env["DJANGO_SETTINGS_MODULE"] = os.environ["BENCH_SETTINGS"]
-    with _stack.make_run(env) as running:  # a fresh database, migrate, the demo world, the stack
+    with make_run(env) as running:  # a fresh database, migrate, the demo world, the stack
         accounts = json.loads(run_python(env, SETUP, str(max(IDLE, CLIENTS, PUBLISHER_ACCOUNTS) + 1)))
         busy_account, busy_key = accounts.pop()
         if PUBLISHER_POSTINGS:

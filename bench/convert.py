@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Conversions on the full stack, against bench/transfers' transfers in the same run.
 
 1. convert_per_s: accepted conversions per second. CLIENTS (32) concurrent clients, each on its own
@@ -16,7 +15,7 @@
    wrk with the same number of connections as clients above), in the same server, one round
    before each convert round, so each ratio's two sides see the machine in the same state.
 
-The stack: exactly as `make run` starts it with DATABASE_URL and REDIS_URL (bench/_stack.make_run:
+The stack: exactly as `make run` starts it with DATABASE_URL and REDIS_URL (bench/make_run:
 nginx in front of granian and Daphne, the Celery worker and beat - the beat's market tick keeps the
 prices fresh: a price older than 30 s is not quoted), requests through nginx. Fresh database
 `exchange_bench_convert`, Redis db 7. The demo world (markets, pairs, the house's liquidity over
@@ -55,13 +54,9 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import urlencode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
-
-if Path(sys.prefix).resolve() != (_stack.ROOT / ".venv").resolve():  # psycopg lives in the project's venv
-    os.execv(_stack.PYTHON, [_stack.PYTHON, __file__, *sys.argv[1:]])
-
-transfers = _stack.load_bench("transfers")
+from bench import _bench, transfers
+from exchange.stack.layout import ROOT
+from exchange.stack.make_run import make_run, stack_label
 
 CLIENTS = transfers.CONNECTIONS  # BENCH_CONNECTIONS (32): as many clients as bench/transfers' connections
 SECONDS = transfers.SECONDS  # BENCH_SECONDS (10)
@@ -332,8 +327,8 @@ def convert_round(clients: list[Client], seconds: float, interval_ms: int) -> di
 def setup_accounts(env: dict[str, str], count: int, domain: str) -> list[list[str]]:
     """bench/transfers' accounts: `count` users with an API key (every type) and 1,000,000 PHP."""
     made = subprocess.run(
-        [_stack.PYTHON, "-c", transfers.SETUP, str(count), domain],
-        cwd=_stack.ROOT,
+        [_bench.PYTHON, "-c", transfers.SETUP, str(count), domain],
+        cwd=ROOT,
         env=env,
         check=True,
         capture_output=True,
@@ -389,7 +384,7 @@ def mean_waits(runs: list[dict]) -> float:
 def script_lines(env: dict[str, str], script: str, *args: str) -> dict[str, str]:
     """A Python snippet's `name value` lines, run in the project with `env`."""
     done = subprocess.run(
-        [_stack.PYTHON, "-c", script, *args], cwd=_stack.ROOT, env=env, check=True, capture_output=True, text=True
+        [_bench.PYTHON, "-c", script, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     )
     return dict(line.split() for line in done.stdout.splitlines())
 
@@ -403,7 +398,7 @@ def stack_phase(env: dict[str, str], count: int, *, serial: bool) -> dict:
 
     t0 = time.perf_counter()
     out: dict = {}
-    with _stack.make_run(env) as running:
+    with make_run(env) as running:
         transfer_accounts = setup_accounts(env, transfers.ACCOUNTS, transfers.DOMAIN)
         if len(transfer_accounts) < CLIENTS:
             raise SystemExit(f"BENCH_CONNECTIONS={CLIENTS} needs at least as many accounts (BENCH_ACCOUNTS)")
@@ -411,17 +406,17 @@ def stack_phase(env: dict[str, str], count: int, *, serial: bool) -> dict:
         # shard serves CLIENTS / 16 of them); the two loads never run at the same time.
         convert_accounts = transfer_accounts[:CLIENTS]
         subprocess.run(
-            [_stack.PYTHON, "-c", FUND, transfers.DOMAIN, *(f"{code}={amount}" for code, amount in FUNDS.items())],
-            cwd=_stack.ROOT,
+            [_bench.PYTHON, "-c", FUND, transfers.DOMAIN, *(f"{code}={amount}" for code, amount in FUNDS.items())],
+            cwd=ROOT,
             env=env,
             check=True,
             capture_output=True,
             text=True,
         )
         out["setup_s"] = time.perf_counter() - t0
-        out["label"] = _stack.stack_label(running)
+        out["label"] = stack_label(running)
         interval_ms = int(
-            _stack.manage(
+            _bench.manage(
                 env,
                 "shell",
                 "--no-imports",
@@ -483,7 +478,7 @@ def stack_phase(env: dict[str, str], count: int, *, serial: bool) -> dict:
             out["serial"] = script_lines(env, SERIAL, transfers.DOMAIN, str(CLIENTS), json.dumps(PLAN))
             out["serial_transfer"] = script_lines(env, transfers.SERIAL, transfers.DOMAIN)
     check = subprocess.run(
-        [_stack.PYTHON, "manage.py", "ledger_check"], cwd=_stack.ROOT, env=env, capture_output=True, text=True
+        [_bench.PYTHON, "manage.py", "ledger_check"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     out["check"] = check
     out["success_orders"] = one("SELECT count(*) FROM convert_order WHERE status = 'SUCCESS'")
@@ -508,7 +503,7 @@ def liquidity(db) -> dict[str, str]:
 
 def main() -> None:
     extra = {"CONVERT_QUOTE_INTERVAL_MS": QUOTE_INTERVAL_MS} if QUOTE_INTERVAL_MS is not None else {}
-    env = _stack.bench_env(
+    env = _bench.bench_env(
         DB_NAME,
         REDIS_DB,
         IP_WEIGHT_LIMIT_PER_MINUTE="1000000000",

@@ -1,6 +1,5 @@
-#!/usr/bin/env python3
 """Withdrawals on the full stack: the REST server (granian's WSGI interface as in production, or
-BENCH_SERVER=gunicorn; see _stack.rest_server) + PostgreSQL + Redis (broker and rate limits) + one
+BENCH_SERVER=gunicorn; see _bench.rest_server) + PostgreSQL + Redis (broker and rate limits) + one
 Celery worker, on a fresh database (`exchange_bench_wallet`, Redis db 10).
 
 Setup: the demo world (coins, networks), then ACCOUNTS accounts made by a setup subprocess through
@@ -33,11 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
-
-if Path(sys.prefix).resolve() != (_stack.ROOT / ".venv").resolve():  # psycopg lives in the project's venv
-    os.execv(_stack.PYTHON, [_stack.PYTHON, __file__, *sys.argv[1:]])
+from bench import _bench
+from exchange.stack.layout import ROOT
+from exchange.stack.ports import free_port
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "6"))
 ACCOUNTS = int(os.environ.get("BENCH_ACCOUNTS", "200"))
@@ -155,7 +152,7 @@ def wrk_post(port: int, lines: list[str], seconds: int, connections: int = CONNE
         script.write_text(_WRK_LUA % requests_file)
         done = subprocess.run(
             [
-                _stack.ensure_wrk(),
+                _bench.ensure_wrk(),
                 "-t1",
                 f"-c{connections}",
                 f"-d{seconds}s",
@@ -176,9 +173,9 @@ def wrk_post(port: int, lines: list[str], seconds: int, connections: int = CONNE
     socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "non200": _stack.non2xx(out) + sum(map(int, socket_errors.groups() if socket_errors else ())),
-        "p50_ms": _stack._ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-        "p99_ms": _stack._ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
+        "non200": _bench.non2xx(out) + sum(map(int, socket_errors.groups() if socket_errors else ())),
+        "p50_ms": _bench._ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
+        "p99_ms": _bench._ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
     }
 
 
@@ -208,7 +205,7 @@ def settle(env: dict[str, str], db: Db, concurrency: int, since_id: int) -> dict
     """Start one worker on the queue left behind; wait until every withdrawal after since_id is settled."""
     total = db.one("SELECT count(*) FROM wallet_withdrawal WHERE id > %s", since_id)[0]
     worker = [
-        str(_stack.VENV_BIN / "celery"),
+        str(_bench.VENV_BIN / "celery"),
         "-A",
         "exchange",
         "worker",
@@ -225,7 +222,7 @@ def settle(env: dict[str, str], db: Db, concurrency: int, since_id: int) -> dict
         "--without-heartbeat",
     ]
     started = time.perf_counter()
-    with _stack.process(worker, env):
+    with _bench.process(worker, env):
         deadline = started + SETTLE_TIMEOUT
         while True:
             pending = db.one(
@@ -254,7 +251,7 @@ def settle(env: dict[str, str], db: Db, concurrency: int, since_id: int) -> dict
 
 
 def main() -> None:
-    env = _stack.bench_env(
+    env = _bench.bench_env(
         "exchange_bench_wallet",
         10,
         IP_WEIGHT_LIMIT_PER_MINUTE="1000000000",
@@ -265,11 +262,11 @@ def main() -> None:
     env.pop("RATE_LIMIT_STORAGE_URL", None)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    _stack.recreate_database(env)
-    _stack.manage(env, "demo")
+    _bench.recreate_database(env)
+    _bench.manage(env, "demo")
     made = subprocess.run(
-        [_stack.PYTHON, "-c", SETUP, str(ACCOUNTS)],
-        cwd=_stack.ROOT,
+        [_bench.PYTHON, "-c", SETUP, str(ACCOUNTS)],
+        cwd=ROOT,
         env=env,
         check=True,
         capture_output=True,
@@ -279,11 +276,11 @@ def main() -> None:
     setup_s = time.perf_counter() - t0
     db = Db(env["DATABASE_URL"])
 
-    port = _stack.free_port()
+    port = free_port()
     # gunicorn: --preload sets Django up before the workers fork, so they serve as soon as the port answers.
-    server = _stack.rest_server(port, workers=WEB_WORKERS, threads=WEB_THREADS, gunicorn_preload=True)
+    server = _bench.rest_server(port, workers=WEB_WORKERS, threads=WEB_THREADS, gunicorn_preload=True)
     applied, settled = [], {}
-    with _stack.process(server.args, env, port):
+    with _bench.process(server.args, env, port):
         # Warm up: enough connections that every worker and thread serves (each connects to PostgreSQL
         # and Redis lazily), and long enough for the slowest; these withdrawals are settled too.
         wrk_post(port, signed_requests(accounts), WARMUP_SECONDS, connections=4 * WEB_WORKERS * WEB_THREADS)
@@ -297,7 +294,7 @@ def main() -> None:
             settled[concurrency] = settle(env, db, concurrency, since)
 
     check = subprocess.run(
-        [_stack.PYTHON, "manage.py", "ledger_check"], cwd=_stack.ROOT, env=env, capture_output=True, text=True
+        [_bench.PYTHON, "manage.py", "ledger_check"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     stages = db.stages()
     total = sum(stages.values())

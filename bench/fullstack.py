@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """The stack a user starts, under load: `make run` with DATABASE_URL and REDIS_URL (nginx in front of
 granian and Daphne, Celery worker and beat; exchange/stack.py), on a fresh database with the demo
-world, driven from outside by this script's own clients (bench/_load.py) through nginx's one port.
+world, driven from outside by this script's own clients (bench/client.py) through nginx's one port.
 
 1. Load: CLIENTS (64) signed keep-alive clients for SECONDS (30), each request with a fresh timestamp
    and signature, USDT transfers between the demo master and peer (both accounts busy: every request
@@ -36,12 +35,10 @@ from pathlib import Path
 
 import psycopg
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import _load
-import _stack
-
-from exchange.stack import Layout
+from bench import _bench
+from exchange.stack import Layout, client
+from exchange.stack.make_run import make_run
+from exchange.stack.services import demo_keys
 
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "64"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "30"))
@@ -116,8 +113,8 @@ class Book:
         return row[0] if row else None
 
 
-async def listen_key(signer: _load.Signer, port: int) -> str:
-    conn = _load.HttpConnection(HOST, port)
+async def listen_key(signer: client.Signer, port: int) -> str:
+    conn = client.HttpConnection(HOST, port)
     status, body = await conn.request("POST", "/openapi/v1/userDataStream", {"X-SERVICE-APIKEY": signer.api_key})
     await conn.close()
     assert status == 200, body
@@ -139,7 +136,7 @@ async def settle(book: Book, user_id: int, seconds: float = 10.0) -> int:
 
 
 def event_report(
-    name: str, listeners: list[_load.Listener], expected: int, final_free: str, start_ms: float, commits=None
+    name: str, listeners: list[client.Listener], expected: int, final_free: str, start_ms: float, commits=None
 ):
     lags = [received - u for lst in listeners for received, u, _ in lst.positions if received >= start_ms]
     from_commit = [
@@ -157,10 +154,10 @@ def event_report(
         if not lst.positions or Decimal(str(lst.positions[-1][2].get("USDT"))) != Decimal(str(final_free))
     )
     closed = sum(1 for lst in listeners if lst.closed_with is not None)
-    p50, p99 = _load.percentile(lags, 50), _load.percentile(lags, 99)
+    p50, p99 = client.percentile(lags, 50), client.percentile(lags, 99)
     hub = [lag for lst in listeners for lag in lst.from_hub[-len(lst.positions) :]]
-    hub_part = f"; of which hub dispatch (E) to receipt p50 {_load.percentile(hub, 50):.1f} ms, p99 " + (
-        f"{_load.percentile(hub, 99):.1f} ms"
+    hub_part = f"; of which hub dispatch (E) to receipt p50 {client.percentile(hub, 50):.1f} ms, p99 " + (
+        f"{client.percentile(hub, 99):.1f} ms"
     )
     print(
         f"{name}: {len(listeners)} websockets, {expected} postings each, events received {sum(counts)}, "
@@ -168,10 +165,10 @@ def event_report(
         f"receipt - u p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(lags) if lags else float('nan'):.1f} ms"
         + (hub_part if hub else "")
     )
-    commit_p99 = _load.percentile(from_commit, 99)
+    commit_p99 = client.percentile(from_commit, 99)
     if from_commit:
         print(
-            f"{name}_commit_to_receipt: p50 {_load.percentile(from_commit, 50):.1f} ms, p99 {commit_p99:.1f} ms, "
+            f"{name}_commit_to_receipt: p50 {client.percentile(from_commit, 50):.1f} ms, p99 {commit_p99:.1f} ms, "
             f"max {max(from_commit):.1f} ms over {len(from_commit)} events (PostgreSQL's commit timestamps)"
         )
     return {
@@ -261,15 +258,15 @@ def nginx_5xx(run_dir: Path) -> int:
 
 
 async def load_phase(running, keys, book, ids, meter: CpuMeter) -> dict:
-    master = _load.Signer(keys["master"]["api_key"], keys["master"]["secret_key"])
-    peer = _load.Signer(keys["peer"]["api_key"], keys["peer"]["secret_key"])
+    master = client.Signer(keys["master"]["api_key"], keys["master"]["secret_key"])
+    peer = client.Signer(keys["peer"]["api_key"], keys["peer"]["secret_key"])
     key = await listen_key(peer, running.port)
-    listeners = [_load.Listener(f"ws://{HOST}:{running.port}/openapi/ws/{key}") for _ in range(5)]
+    listeners = [client.Listener(f"ws://{HOST}:{running.port}/openapi/ws/{key}") for _ in range(5)]
     for lst in listeners:
         await lst.start()
     await asyncio.sleep(0.5)
     seq0 = book.seq(ids["peer"])
-    tally = _load.Tally()
+    tally = client.Tally()
     start_ms = time.time() * 1000
     started = time.monotonic()
     until = started + SECONDS
@@ -281,7 +278,7 @@ async def load_phase(running, keys, book, ids, meter: CpuMeter) -> dict:
     tasks = []
     for i in range(CLIENTS):
         signer, target = (master, keys["peer"]["email"]) if i % 2 == 0 else (peer, keys["master"]["email"])
-        tasks.append(_load.signed_loop(HOST, running.port, signer, params_to(target), tally, until))
+        tasks.append(client.signed_loop(HOST, running.port, signer, params_to(target), tally, until))
     await asyncio.gather(*tasks)
     elapsed = time.monotonic() - started
     cpu = meter.stop()
@@ -293,7 +290,7 @@ async def load_phase(running, keys, book, ids, meter: CpuMeter) -> dict:
     ok = tally.statuses.get(200, 0)
     print(
         f"load: {CLIENTS} clients, {elapsed:.1f} s: transfers {ok / elapsed:.0f}/s, "
-        f"p50 {_load.percentile(tally.latencies, 50):.0f} ms, p99 {_load.percentile(tally.latencies, 99):.0f} ms; "
+        f"p50 {client.percentile(tally.latencies, 50):.0f} ms, p99 {client.percentile(tally.latencies, 99):.0f} ms; "
         f"{tally.summary()}"
     )
     print(f"load_{cpu}")
@@ -301,22 +298,22 @@ async def load_phase(running, keys, book, ids, meter: CpuMeter) -> dict:
 
 
 async def events_phase(running, keys, book, ids, websockets: int, name: str, meter: CpuMeter) -> dict:
-    master = _load.Signer(keys["master"]["api_key"], keys["master"]["secret_key"])
-    peer = _load.Signer(keys["peer"]["api_key"], keys["peer"]["secret_key"])
+    master = client.Signer(keys["master"]["api_key"], keys["master"]["secret_key"])
+    peer = client.Signer(keys["peer"]["api_key"], keys["peer"]["secret_key"])
     key = await listen_key(peer, running.port)
-    listeners = [_load.Listener(f"ws://{HOST}:{running.port}/openapi/ws/{key}") for _ in range(websockets)]
+    listeners = [client.Listener(f"ws://{HOST}:{running.port}/openapi/ws/{key}") for _ in range(websockets)]
     for lst in listeners:
         await lst.start()
     await asyncio.sleep(0.5)
     seq0 = book.seq(ids["peer"])
-    tally = _load.Tally()
+    tally = client.Tally()
     start_ms = time.time() * 1000
     until = time.monotonic() + EVENT_SECONDS
     pace = EVENT_SENDERS / RATE
     meter.start()
     await asyncio.gather(
         *[
-            _load.signed_loop(
+            client.signed_loop(
                 HOST,
                 running.port,
                 master,
@@ -343,7 +340,7 @@ async def events_phase(running, keys, book, ids, websockets: int, name: str, met
 
 async def run(running) -> int:
     env = running.env
-    keys = _stack.demo_keys(env)
+    keys = demo_keys(env)
     book = Book(env["DATABASE_URL"])
     ids = {role: book.user_id(keys[role]["email"]) for role in ("master", "peer")}
     layout = Layout.from_env(env, port=running.port, run_dir=running.run_dir)
@@ -362,7 +359,7 @@ async def run(running) -> int:
     print(f"postgres_connections: peak {sampler.peak} over {sampler.samples} samples; the stack's bound {budget}")
     from_clients = load["tally"].server_errors + busy["tally"].server_errors + fan["tally"].server_errors
     print(f"http_5xx: clients {from_clients}, nginx access log {from_nginx}")
-    check = _stack.manage(env, "ledger_check")
+    check = _bench.manage(env, "ledger_check")
     print("ledger_check:", check.strip().splitlines()[-1] if check.strip() else "ok")
     problems = []
     if from_nginx or from_clients:
@@ -383,7 +380,7 @@ async def run(running) -> int:
 
 
 def main() -> int:
-    env = _stack.bench_env(
+    env = _bench.bench_env(
         "exchange_bench_fullstack",
         4,
         IP_WEIGHT_LIMIT_PER_MINUTE="1000000000",
@@ -393,7 +390,7 @@ def main() -> int:
     port = int(os.environ["BENCH_PORT"]) if os.environ.get("BENCH_PORT") else None
     print(f"clients: {CLIENTS} for {SECONDS:.0f} s; events at {RATE:.0f}/s for {EVENT_SECONDS:.0f} s")
     print(f"cores: {os.cpu_count()}")
-    with _stack.make_run(env, port) as running:
+    with make_run(env, port) as running:
         layout = Layout.from_env(env, port=running.port, run_dir=running.run_dir)
         print(
             f"stack: make run on 127.0.0.1:{running.port}: nginx, "

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One busy account, many websockets, two publishing processes: what one Daphne process sustains.
 
 For each number of connections in BENCH_CONNECTIONS (1, 5, 50) and each posting rate in BENCH_RATES
@@ -42,8 +41,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
+from bench import _bench
+from exchange.stack.layout import POOL_WS, ROOT
+from exchange.stack.make_run import stack_command
+from exchange.stack.ports import free_port
 
 CONNECTIONS = [int(n) for n in os.environ.get("BENCH_CONNECTIONS", "1,5,50").split(",")]
 RATES = [float(r) for r in os.environ.get("BENCH_RATES", "100,200").split(",")]
@@ -110,7 +111,7 @@ with open(out_path, "w") as f:
 
 def run_python(env: dict[str, str], code: str, *args: str) -> str:
     return subprocess.run(
-        [_stack.PYTHON, "-c", code, *args], cwd=_stack.ROOT, env=env, check=True, capture_output=True, text=True
+        [_bench.PYTHON, "-c", code, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout
 
 
@@ -126,7 +127,7 @@ def cpu_seconds(pid: int) -> float:
 
 def daphne(port: int) -> list[str]:
     """The websocket server exactly as `make run` starts it (exchange/stack.py), on `port`."""
-    args = _stack.stack_command("ws")
+    args = stack_command("ws")
     args[args.index("-p") + 1] = str(port)
     return args
 
@@ -181,7 +182,7 @@ async def run_case(env: dict[str, str], port: int, pid: int, account: int, key: 
         outs = [Path(tmp) / f"poster{n}.json" for n in range(POSTERS)]
         posters = [
             await asyncio.create_subprocess_exec(
-                _stack.PYTHON,
+                _bench.PYTHON,
                 "-c",
                 POSTER,
                 str(account),
@@ -190,7 +191,7 @@ async def run_case(env: dict[str, str], port: int, pid: int, account: int, key: 
                 str(WARMUP_SECONDS),
                 f"{clients_n}:{rate}:{n}",
                 str(out),
-                cwd=_stack.ROOT,
+                cwd=ROOT,
                 env=env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -254,20 +255,20 @@ async def run_case(env: dict[str, str], port: int, pid: int, account: int, key: 
 
 def main() -> None:
     caps = {"STREAM_MAX_CONNECTIONS_PER_KEY": "1000", "STREAM_MAX_CONNECTIONS_PER_IP": "1000"}
-    env = _stack.bench_env(DB_NAME, REDIS_DB, **caps)
+    env = _bench.bench_env(DB_NAME, REDIS_DB, **caps)
     if os.environ.get("BENCH_SETTINGS"):
         env["DJANGO_SETTINGS_MODULE"] = os.environ["BENCH_SETTINGS"]
-    ws_env = {**env, "DB_POOL_MAX_SIZE": str(_stack.stack_module().POOL_WS)}  # the pool make run gives Daphne
-    _stack.recreate_database(env)
-    _stack.manage(env, "demo", "--json")  # assets and system accounts
+    ws_env = {**env, "DB_POOL_MAX_SIZE": str(POOL_WS)}  # the pool make run gives Daphne
+    _bench.recreate_database(env)
+    _bench.manage(env, "demo", "--json")  # assets and system accounts
     cases = [(n, rate) for n in CONNECTIONS for rate in RATES]
     accounts = json.loads(run_python(env, SETUP, str(len(cases))))
     print(f"server: daphne (one process), PostgreSQL, Redis channel layer; {POSTERS} posting processes, one account")
     invalid = False
     headline = float("nan")
     for (clients_n, rate), (account, key) in zip(cases, accounts, strict=True):
-        port = _stack.free_port()
-        with _stack.process(daphne(port), ws_env, port) as server:
+        port = free_port()
+        with _bench.process(daphne(port), ws_env, port) as server:
             result = asyncio.run(run_case(env, port, server.pid, account, key, clients_n, rate))
         values = result["latencies"]
         name = f"c{clients_n}_r{rate:.0f}"

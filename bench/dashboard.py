@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The operations dashboard and the customer page with 1,000,000 postings in the journal.
 
 Builds the journal on a fresh PostgreSQL database (bench_dashboard) in SQL (INSERT ... SELECT over
@@ -33,11 +32,8 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import _stack
+from bench import _bench
 
 POSTINGS = int(os.environ.get("BENCH_POSTINGS", "1000000"))
 CUSTOMERS = int(os.environ.get("BENCH_CUSTOMERS", "20000"))
@@ -236,8 +232,8 @@ def p99(values: list[float]) -> float:
 
 
 def main() -> None:
-    env = _stack.bench_env("bench_dashboard", 6, DASHBOARD_ROLLUP_LAG_SECONDS="60")
-    _stack.recreate_database(env)
+    env = _bench.bench_env("bench_dashboard", 6, DASHBOARD_ROLLUP_LAG_SECONDS="60")
+    _bench.recreate_database(env)
     setup_django(env)
     from django.contrib.auth.models import Group
     from django.db import connection, transaction

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Signed GET /openapi/v1/api-keys per second against unsigned GET /openapi/v1/ping per second,
 through the stack exactly as `make run` starts it with DATABASE_URL and REDIS_URL (nginx in front
-of granian and Daphne, Celery worker and beat; bench/_stack.make_run), rate limits raised, in one run.
+of granian and Daphne, Celery worker and beat; bench/make_run), rate limits raised, in one run.
 
 headline: signed_rps / ping_rps (target >= 0.7).
 """
@@ -11,13 +10,10 @@ import hmac
 import os
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
-
-if Path(sys.prefix).resolve() != (_stack.ROOT / ".venv").resolve():  # psycopg lives in the project's venv
-    os.execv(_stack.PYTHON, [_stack.PYTHON, __file__, *sys.argv[1:]])
+from bench import _bench
+from exchange.stack.make_run import make_run, stack_label
+from exchange.stack.services import demo_keys
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "8"))
 ROUNDS = 2
@@ -34,22 +30,22 @@ def signed_paths(api_key: str, secret: str, count: int = 2000) -> list[str]:
 
 
 def main() -> None:
-    env = _stack.bench_env(
+    env = _bench.bench_env(
         "exchange_bench_gateway", 14, IP_WEIGHT_LIMIT_PER_MINUTE="1000000000", UID_WEIGHT_LIMIT_PER_MINUTE="1000000000"
     )
     env.pop("RATE_LIMIT_STORAGE_URL", None)  # the limits and the broker follow the bench's Redis db
     env.pop("CELERY_BROKER_URL", None)
     ping, signed = [], []
-    with _stack.make_run(env) as running:
-        world = _stack.demo_keys(env)
+    with make_run(env) as running:
+        world = demo_keys(env)
         api_key, secret = world["master"]["api_key"], world["master"]["secret_key"]
         port = running.port
-        _stack.wrk(port, ["/openapi/v1/ping"], seconds=2)  # warm up
-        _stack.wrk(port, signed_paths(api_key, secret), api_key=api_key, seconds=2)
+        _bench.wrk(port, ["/openapi/v1/ping"], seconds=2)  # warm up
+        _bench.wrk(port, signed_paths(api_key, secret), api_key=api_key, seconds=2)
         for _ in range(ROUNDS):
-            ping.append(_stack.wrk(port, ["/openapi/v1/ping"], seconds=SECONDS))
-            signed.append(_stack.wrk(port, signed_paths(api_key, secret), api_key=api_key, seconds=SECONDS))
-        label = _stack.stack_label(running)
+            ping.append(_bench.wrk(port, ["/openapi/v1/ping"], seconds=SECONDS))
+            signed.append(_bench.wrk(port, signed_paths(api_key, secret), api_key=api_key, seconds=SECONDS))
+        label = stack_label(running)
     errors = sum(r["non200"] for r in ping + signed)
     ping_rps = sum(r["rps"] for r in ping) / len(ping)
     signed_rps = sum(r["rps"] for r in signed) / len(signed)

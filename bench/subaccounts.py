@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Sub-accounts on the full stack: universal transfers against bench/transfers' transfers in the same
 run, and fund collections over 30 sub-accounts.
 
@@ -16,7 +15,7 @@ run, and fund collections over 30 sub-accounts.
    get-fund-record shows the task SUCCESS (polled every 10 ms), COLLECT_ROUNDS (3) times, the
    sub-accounts funded again between rounds. The task runs on the full stack's Celery worker.
 
-The stack: exactly as `make run` starts it with DATABASE_URL and REDIS_URL (bench/_stack.make_run:
+The stack: exactly as `make run` starts it with DATABASE_URL and REDIS_URL (bench/make_run:
 nginx in front of granian and Daphne, the Celery worker and beat), requests through nginx. Fresh
 database `exchange_bench_subaccounts`, Redis db 8.
 
@@ -38,16 +37,11 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from urllib.parse import urlencode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
-
-if Path(sys.prefix).resolve() != (_stack.ROOT / ".venv").resolve():  # psycopg lives in the project's venv
-    os.execv(_stack.PYTHON, [_stack.PYTHON, __file__, *sys.argv[1:]])
-
-transfers = _stack.load_bench("transfers")
+from bench import _bench, transfers
+from exchange.stack.layout import ROOT
+from exchange.stack.make_run import make_run, stack_label
 
 CLIENTS = transfers.CONNECTIONS
 SECONDS = transfers.SECONDS
@@ -171,7 +165,7 @@ def collect_round(client: Signed, request_id: str) -> dict:
 def main() -> None:
     import psycopg
 
-    env = _stack.bench_env(
+    env = _bench.bench_env(
         DB_NAME, REDIS_DB, IP_WEIGHT_LIMIT_PER_MINUTE="1000000000", UID_WEIGHT_LIMIT_PER_MINUTE="1000000000"
     )
     env.pop("RATE_LIMIT_STORAGE_URL", None)
@@ -181,10 +175,10 @@ def main() -> None:
     t_runs, u_runs, collections = [], [], []
     # The stack exactly as `make run` starts it (fresh database, migrate, the demo world: the assets
     # and the default limit tier; nginx, granian, Daphne, Celery worker and beat), requests through nginx.
-    with _stack.make_run(env) as running:
+    with make_run(env) as running:
         made = subprocess.run(
-            [_stack.PYTHON, "-c", transfers.SETUP, str(transfers.ACCOUNTS), transfers.DOMAIN],
-            cwd=_stack.ROOT,
+            [_bench.PYTHON, "-c", transfers.SETUP, str(transfers.ACCOUNTS), transfers.DOMAIN],
+            cwd=ROOT,
             env=env,
             check=True,
             capture_output=True,
@@ -193,8 +187,8 @@ def main() -> None:
         accounts = json.loads(made.stdout.strip().splitlines()[-1])
         masters = accounts[:CLIENTS]
         made = subprocess.run(
-            [_stack.PYTHON, "-c", FAMILIES, transfers.DOMAIN, str(CLIENTS), str(COLLECT_SUBS), COLLECTOR],
-            cwd=_stack.ROOT,
+            [_bench.PYTHON, "-c", FAMILIES, transfers.DOMAIN, str(CLIENTS), str(COLLECT_SUBS), COLLECTOR],
+            cwd=ROOT,
             env=env,
             check=True,
             capture_output=True,
@@ -235,8 +229,8 @@ def main() -> None:
         client = Signed(port, collector[1], collector[2])
         for n in range(COLLECT_ROUNDS):
             subprocess.run(
-                [_stack.PYTHON, "-c", REFILL, transfers.DOMAIN, str(n), json.dumps(COLLECT_FUNDS)],
-                cwd=_stack.ROOT,
+                [_bench.PYTHON, "-c", REFILL, transfers.DOMAIN, str(n), json.dumps(COLLECT_FUNDS)],
+                cwd=ROOT,
                 env=env,
                 check=True,
                 capture_output=True,
@@ -246,7 +240,7 @@ def main() -> None:
     load_after = os.getloadavg()[0]
 
     check = subprocess.run(
-        [_stack.PYTHON, "manage.py", "ledger_check"], cwd=_stack.ROOT, env=env, capture_output=True, text=True
+        [_bench.PYTHON, "manage.py", "ledger_check"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     success_rows = one("SELECT count(*) FROM subaccounts_subaccounttransfer WHERE status = 'success'")
     failed_rows = one("SELECT count(*) FROM subaccounts_subaccounttransfer WHERE status = 'failed'")
@@ -265,7 +259,7 @@ def main() -> None:
     t_errors = sum(r["non200"] + r["socket_errors"] for r in t_runs)
     mid = len(u_runs) // 2
     seconds = sorted(c["seconds"] for c in collections)
-    print(f"server: {_stack.stack_label(running)}")
+    print(f"server: {stack_label(running)}")
     print(
         f"setup: bench/transfers' {transfers.ACCOUNTS} accounts; the first {CLIENTS} are masters with 2 virtual"
         f" sub-accounts each (100000 PHP each); a collector master with {COLLECT_SUBS} virtual sub-accounts;"

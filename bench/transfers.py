@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Transfers between accounts on the full stack, against pgbench on the same PostgreSQL, in one run.
 
 1. transfers_per_s: signed POST /openapi/transfer/v4/transfers per second through the stack exactly
@@ -43,11 +42,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _stack
-
-if Path(sys.prefix).resolve() != (_stack.ROOT / ".venv").resolve():  # psycopg lives in the project's venv
-    os.execv(_stack.PYTHON, [_stack.PYTHON, __file__, *sys.argv[1:]])
+from bench import _bench
+from exchange.stack.layout import ROOT
+from exchange.stack.make_run import make_run, stack_label
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
@@ -188,7 +185,7 @@ def wrk_post(
         script.write_text(_WRK_LUA % (requests_file, path))
         done = subprocess.run(
             [
-                _stack.ensure_wrk(),
+                _bench.ensure_wrk(),
                 "-t1",
                 f"-c{CONNECTIONS}",
                 f"-d{seconds}s",
@@ -209,11 +206,11 @@ def wrk_post(
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     return {
         "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "non200": _stack.non2xx(out),
+        "non200": _bench.non2xx(out),
         "completed": int(re.search(r"completed (\d+)", out).group(1)),
         "socket_errors": sum(int(n) for n in errors.groups()) if errors else 0,
-        "p50_ms": _stack._ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-        "p99_ms": _stack._ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
+        "p50_ms": _bench._ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
+        "p99_ms": _bench._ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
     }
 
 
@@ -338,7 +335,7 @@ def phase_summary(directory: str) -> str:
 def main() -> None:
     import psycopg
 
-    env = _stack.bench_env(
+    env = _bench.bench_env(
         "exchange_bench_transfers",
         11,
         IP_WEIGHT_LIMIT_PER_MINUTE="1000000000",
@@ -358,10 +355,10 @@ def main() -> None:
     machine = [0, 0, 0]
     # The stack exactly as `make run` starts it (fresh database, migrate, the demo world: the assets
     # and the default limit tier), requests through its front (nginx).
-    with _stack.make_run(env) as running:
+    with make_run(env) as running:
         made = subprocess.run(
-            [_stack.PYTHON, "-c", SETUP, str(ACCOUNTS), DOMAIN],
-            cwd=_stack.ROOT,
+            [_bench.PYTHON, "-c", SETUP, str(ACCOUNTS), DOMAIN],
+            cwd=ROOT,
             env=env,
             check=True,
             capture_output=True,
@@ -405,13 +402,13 @@ def main() -> None:
     serial = dict(
         line.split()
         for line in subprocess.run(
-            [_stack.PYTHON, "-c", SERIAL, DOMAIN], cwd=_stack.ROOT, env=env, check=True, capture_output=True, text=True
+            [_bench.PYTHON, "-c", SERIAL, DOMAIN], cwd=ROOT, env=env, check=True, capture_output=True, text=True
         ).stdout.splitlines()
     )
     ok_responses = sum(r["completed"] - r["non200"] for r in runs)
     errors = sum(r["non200"] + r["socket_errors"] for r in runs) + warm["non200"]
     check = subprocess.run(
-        [_stack.PYTHON, "manage.py", "ledger_check"], cwd=_stack.ROOT, env=env, capture_output=True, text=True
+        [_bench.PYTHON, "manage.py", "ledger_check"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     kinds = dict(
         db.execute("SELECT kind, count(*) FROM accounts_posting WHERE kind = 'P2P_TRANSFER' GROUP BY kind").fetchall()
@@ -424,7 +421,7 @@ def main() -> None:
     p50 = sorted(r["p50_ms"] for r in runs)[len(runs) // 2]
     p99 = max(r["p99_ms"] for r in runs)
 
-    print(f"server: {_stack.stack_label(running)}")
+    print(f"server: {stack_label(running)}")
     print(f"setup: {ACCOUNTS} accounts with keys and 1,000,000 PHP each, in {setup_s:.1f}s incl. migrate")
     print(f"load: wrk {CONNECTIONS} connections, 1 thread, {SECONDS}s x {ROUNDS} rounds, 1 PHP per transfer")
     print(f"transfers_per_s: {rate:.0f}")
