@@ -30,9 +30,8 @@ def main() -> None:
     _bench.recreate_database(env)
     dashboard.setup_django(env)
     from django.db import connection, transaction
-    from django.test.utils import CaptureQueriesContext
-
     from django.test import Client
+    from django.test.utils import CaptureQueriesContext
 
     from accounts import services as account_services
     from accounts.models import User
