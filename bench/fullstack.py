@@ -36,7 +36,8 @@ from pathlib import Path
 import psycopg
 
 from bench import _bench
-from exchange.stack import Layout, client
+from exchange.stack import client
+from exchange.stack.layout import Layout
 from exchange.stack.make_run import make_run
 from exchange.stack.services import demo_keys
 
