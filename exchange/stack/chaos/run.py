@@ -34,6 +34,7 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
     checks: list[Check] = []
     problems: list[str] = []
     extra: list[str] = []
+    every_restart: dict[str, int] = {}
     try:
         chaos.start(base)
         asyncio.run(chaos.drive())
@@ -53,10 +54,11 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
             check_websockets(chaos),
         ]
         problems.extend(f"{c.name}: {c.detail.splitlines()[0]}" for c in checks if not c.ok)
-        restarts = {name: n for name, n in chaos.supervisor.restarts().items() if n}
+        every_restart = chaos.supervisor.restarts()  # from its log, which goes with the run's directory
+        restarts = {name: n for name, n in every_restart.items() if n}
         by_themselves = {name: n - (name == "worker") for name, n in restarts.items() if n - (name == "worker")}
         extra.append(
-            f"  supervisor restarts: {restarts or 'none'} (the worker once after its SIGKILL)"
+            f"  supervisord restarts: {restarts or 'none'} (the worker once after its SIGKILL)"
             + (f"; NOTE: exited by themselves (the times below): {by_themselves}" if by_themselves else "")
         )
     except BaseException:
@@ -95,7 +97,7 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
         report,
         chaos.answers,
         chaos.segments,
-        chaos.supervisor.restarts(),
+        every_restart,
         log_dir,
     )
 
