@@ -29,8 +29,8 @@ $(DEV_STAMP): requirements.txt requirements-dev.txt | $(PY)
 
 ## make run: serve HTTP and websocket on 127.0.0.1:$(PORT) with the demo world loaded.
 ## Embedded (SQLite, in-memory layers, tasks in-process) unless DATABASE_URL and REDIS_URL are set,
-## then the production topology (exchange/stack.py): nginx on $(PORT) in front of granian (REST) and
-## Daphne (websocket), a Celery worker and beat, PostgreSQL and Redis; nginx is installed when missing.
+## then the production topology (exchange/stack/, under supervisord): nginx on $(PORT) in front of granian
+## (REST) and Daphne (websocket), a Celery worker and beat, PostgreSQL and Redis; nginx is installed when missing.
 run: $(RUN_STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py collectstatic --noinput -v 0
@@ -72,10 +72,11 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-## make bench: every benchmark under bench/ (each starts and stops what it needs).
+## make bench: every benchmark under bench/ (each starts and stops what it needs; one is
+## `$(PY) -m bench.NAME`).
 bench: $(DEV_STAMP) services
-	@set -e; for script in bench/*; do \
-		[ -x "$$script" ] || continue; echo "== $$script"; $(PY) "$$script"; done
+	@set -e; for script in bench/[a-z]*.py; do \
+		name=$$(basename "$$script" .py); echo "== bench.$$name"; $(PY) -m "bench.$$name"; done
 
 clean:
 	rm -rf var/static var/*.sqlite3* .pytest_cache

@@ -10,9 +10,9 @@ imports an app above it; only the dashboard, the stack runner and the wiring see
 the apps sit the operator tools
 (`scripts/`), the benchmarks (`bench/`) and the tests (`tests/`): they may use every app, no app
 uses them, and of the three only the tests use the other two. This test parses every module of the
-project (the apps, scripts, bench, tests and manage.py; a bench script without a `.py` suffix too)
-with `ast` (imports inside functions and under `if TYPE_CHECKING:` included: a lazy import is
-still a dependency and still closes a cycle, it only hides it until run time) and fails on:
+project (the apps, scripts, bench, tests and manage.py) with `ast` (imports inside functions and
+under `if TYPE_CHECKING:` included: a lazy import is still a dependency and still closes a cycle, it
+only hides it until run time) and fails on:
 
 - an import cycle between modules;
 - an upward import (see `_upward`).
@@ -29,21 +29,16 @@ ROOT = Path(__file__).resolve().parent.parent
 APPS = ("accounts", "wallet", "streams", "exchange", "convert", "subaccounts")
 # The layers above the apps, outermost last: operator tools, benchmarks, tests.
 OUTER = ("scripts", "bench", "tests")
-# Directories a program puts on sys.path (every bench script puts bench/ there): a bare
-# `import _stack` loads bench/_stack.py.
-SYS_PATH_DIRS = ("bench",)
 
 # The project wiring: settings, URL confs, ASGI/WSGI entry points, the Celery app, the project
-# package itself (exchange/__init__.py loads the Celery app; exchange/apps.py installs the package for
-# its management commands) and manage.py necessarily name every app. They may import anything;
-# nothing imports them (except each other).
+# package itself (exchange/__init__.py loads the Celery app) and manage.py necessarily name every
+# app. They may import anything; nothing imports them (except each other).
 WIRING = (
     "exchange.urls",
     "exchange.api_urls",
     "exchange.asgi",
     "exchange.wsgi",
     "exchange.celery",
-    "exchange.apps",
     "exchange.settings",  # and every module under it
 )
 # The parts of exchange/ below the wiring, by package (a module belongs to the longest that names it).
@@ -54,7 +49,6 @@ PARTS = {
     "exchange.platform": "platform",  # the service's own small domain (app label "exchange")
     "exchange.dashboard": "dashboard",  # the back office's read side: dashboard, customer page, site
     "exchange.stack": "stack",  # the code that runs the stack (the one-harness step of issue 27)
-    "exchange.management": "stack",  # `manage.py simulate`
 }
 # What each part or app may import besides itself (the harnesses: see _upward).
 _LOW = frozenset({"runtime", "gateway", "backoffice", "platform"})
@@ -70,30 +64,13 @@ MAY_USE: dict[str, frozenset[str]] = {
     "subaccounts": _LOW | {"accounts", "wallet", "convert"},
     "streams": _LOW | {"accounts"},
     "dashboard": _LOW | _APPS,
-    "stack": _LOW | _APPS | {"dashboard"},
+    "stack": frozenset({"runtime", "gateway"}),  # it drives the project as processes: no app
 }
 
 # Imports allowed to close a cycle, as (importer, imported). It is empty and should stay so: a
 # service hands work to its task through a hook its tasks module registers (wallet/services.py,
 # subaccounts/collection.py), a type is declared below both of its users.
 ALLOWED_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
-
-# Upward arrows between the harnesses that are known and not yet removed, as (importer, imported).
-# Every one is removed by the one-harness step of issue 27 (one module starts PostgreSQL, Redis and
-# the stack for `make run`, the benches, the fault tests and the simulation); listed so that the
-# debt is visible and no new arrow joins them unnoticed.
-REMOVED_BY_ONE_HARNESS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # removed by the one-harness step of issue 27: scripts/chaos.py puts bench/ on sys.path.
-        ("scripts.chaos", "bench._load"),
-        # removed by the one-harness step of issue 27: the bench signs its requests with the tests' client.
-        ("bench.list_endpoints", "tests.support.client"),
-        ("bench.list_endpoints", "tests.support.factories"),
-        # removed by the one-harness step of issue 27: `manage.py simulate` runs scripts/simulate.py.
-        ("exchange.management.commands.simulate", "scripts"),
-        ("exchange.management.commands.simulate", "scripts.simulate"),
-    }
-)
 
 
 def _module_name(path: Path) -> str:
@@ -124,15 +101,13 @@ def _project_modules() -> dict[str, Path]:
 
 
 def _resolve(name: str, modules: dict[str, Path]) -> str | None:
-    """The project module `name` loads (the longest prefix that is a module, from the project root
-    or else from a directory in SYS_PATH_DIRS), or None if external."""
-    for directory in ("", *SYS_PATH_DIRS):
-        candidate = f"{directory}.{name}" if directory else name
-        while candidate and candidate != directory:
-            # From a sys.path directory only a `.py` file loads: `import ledger` is not bench/ledger.
-            if candidate in modules and (not directory or modules[candidate].suffix == ".py"):
-                return candidate
-            candidate = candidate.rpartition(".")[0]
+    """The project module `name` loads (the longest prefix that is a module, from the project root:
+    nothing puts another directory on sys.path), or None if external."""
+    candidate = name
+    while candidate:
+        if candidate in modules:
+            return candidate
+        candidate = candidate.rpartition(".")[0]
     return None
 
 
@@ -326,8 +301,9 @@ def test_graph_sees_the_project():
     assert _part("exchange.settings.base") == _part("exchange") == "wiring"
     # scripts, bench (extensionless scripts and the modules they import from bench/) and tests
     assert "wallet.services" in graph["tests.wallet.test_withdraw_life"]
-    assert "bench._stack" in graph["bench.transfers"]
-    assert "exchange.stack" in graph["scripts.chaos"]
+    assert "bench._bench" in graph["bench.transfers"]
+    assert "exchange.stack.make_run" in graph["bench.transfers"]
+    assert "exchange.stack.simulation.run" in graph["exchange.stack.management.commands.simulate"]
 
 
 def test_no_import_cycles():
@@ -345,7 +321,7 @@ def test_no_upward_imports():
         f"  {importer} -> {imported}: {reason}"
         for importer, deps in sorted(graph.items())
         for imported in sorted(deps)
-        if (reason := _upward(importer, imported)) and (importer, imported) not in REMOVED_BY_ONE_HARNESS
+        if (reason := _upward(importer, imported))
     ]
     assert not bad, "upward imports:\n" + "\n".join(bad)
 
@@ -374,10 +350,32 @@ def test_no_cycle_is_allowed():
     assert not ALLOWED_CYCLE_EDGES
 
 
-def test_allow_lists_are_still_needed():
+def test_allow_list_is_still_needed():
     graph = _graph()
-    edges = ALLOWED_CYCLE_EDGES | REMOVED_BY_ONE_HARNESS
-    stale = [edge for edge in sorted(edges) if edge[1] not in graph.get(edge[0], set())]
+    stale = [edge for edge in sorted(ALLOWED_CYCLE_EDGES) if edge[1] not in graph.get(edge[0], set())]
     assert not stale, f"allowed edges that no longer exist: {stale}"
-    allowed = [edge for edge in sorted(REMOVED_BY_ONE_HARNESS) if not _upward(*edge)]
-    assert not allowed, f"harness edges the rules allow anyway (drop them from the list): {allowed}"
+
+
+def _is_sys_path(func: ast.expr) -> bool:
+    """`sys.path.<insert|append|extend>`."""
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in ("insert", "append", "extend")
+        and isinstance(func.value, ast.Attribute)
+        and func.value.attr == "path"
+        and isinstance(func.value.value, ast.Name)
+        and func.value.value.id == "sys"
+    )
+
+
+def test_nothing_edits_sys_path():
+    """Every program runs from the project root with its packages importable as they are (`python -m
+    bench.NAME`, `python -m exchange.stack...`, `manage.py`): a module that puts a directory on
+    sys.path hides an import from this test."""
+    edits = [
+        f"  {module}:{node.lineno}"
+        for module, path in sorted(_project_modules().items())
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Call) and _is_sys_path(node.func)
+    ]
+    assert not edits, "modules that edit sys.path:\n" + "\n".join(edits)

@@ -93,7 +93,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
-    "exchange.apps.ProjectConfig",  # the project package: only its management commands (label "project")
+    "exchange.stack.apps.StackConfig",  # the code that runs the stack: only its `simulate` command (label "stack")
     "exchange.platform",  # app label "exchange": business status, and every model labelled so
     "exchange.backoffice",  # staff tools: audit trail, four-eyes changes, roles, the admin's safety
     "accounts",

@@ -1,5 +1,5 @@
-"""The full stack under faults (issue 16, item 4): scripts/chaos.py's driver starts a private
-PostgreSQL cluster and a private Redis (AOF), the stack exactly as `make run` does (exchange/stack.py:
+"""The full stack under faults (issue 16, item 4): exchange/stack/chaos's driver starts a private
+PostgreSQL cluster and a private Redis (AOF), the stack exactly as `make run` does (exchange/stack:
 nginx, granian, Daphne, Celery worker and beat), runs signed transfer clients, websockets, withdrawals
 and fund collections through nginx, and meanwhile restarts Redis, restarts PostgreSQL and SIGKILLs
 the Celery worker's pool children and, once, the whole worker. This test runs it and asserts on its
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts import chaos
+from exchange.stack.chaos.run import run as run_chaos
 
 
 def _missing_services() -> str | None:
@@ -45,7 +45,7 @@ pytestmark = pytest.mark.timeout(600)
 
 def test_the_full_stack_keeps_its_rules_through_redis_postgres_and_worker_faults():
     require_servers()
-    result = chaos.run(seed=int(os.environ.get("CHAOS_SEED", "16")))
+    result = run_chaos(seed=int(os.environ.get("CHAOS_SEED", "16")))
 
     assert result.problems == [], result.report
     assert sorted(f.name for f in result.faults) == [

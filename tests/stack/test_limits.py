@@ -1,5 +1,5 @@
 """What a client may send, through the stack's front (issue 18, item 4): nginx, granian and Daphne
-started with exchange/stack.py's own configuration (nginx_conf, programs) on a private database.
+started with exchange/stack's own configuration (nginx_conf, programs, supervisord) on a private database.
 
 - an oversized body (413), header (400), request line (414): each the JSON envelope -1010 from
   nginx, the backend never sees it; a body just under the bound passes;
@@ -22,7 +22,10 @@ import requests
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from exchange import stack as stackmod
+from exchange.stack.layout import Layout
+from exchange.stack.layout import stack_env as full_stack_env
+from exchange.stack.run import prepare
+from exchange.stack.supervisor import Supervisor
 from tests.support.stack import (
     FULLSTACK_DB_NAME,
     FULLSTACK_REDIS_DB,
@@ -44,7 +47,7 @@ SLOW_CLIENTS = 40  # many times the REST threads
 def front(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("stack")
     with private_services(f"{FULLSTACK_DB_NAME}_limits", FULLSTACK_REDIS_DB) as (database_url, redis_url):
-        env = stackmod.stack_env(
+        env = full_stack_env(
             stack_env(
                 DATABASE_URL=database_url,
                 REDIS_URL=redis_url,
@@ -53,7 +56,7 @@ def front(tmp_path_factory):
             )
         )
         world = load_demo(env)
-        layout = stackmod.Layout(
+        layout = Layout(
             port=free_port(),
             rest_port=free_port(),
             ws_ports=[free_port()],
@@ -65,14 +68,13 @@ def front(tmp_path_factory):
             client_timeout=CLIENT_TIMEOUT,
         )
         wanted = {"rest", "ws", "nginx"}
-        programs = [p for p in stackmod.prepare(env, layout) if p.name in wanted]
-        with (run_dir / "stack.log").open("w") as out:
-            supervisor = stackmod.Supervisor(programs, env, out=out)
-            try:
-                supervisor.start()
-                yield layout, world, run_dir / "stack.log"
-            finally:
-                supervisor.stop()
+        programs = [p for p in prepare(env, layout) if p.name in wanted]
+        supervisor = Supervisor(programs, env, run_dir, log=run_dir / "stack.log")
+        try:
+            supervisor.start()
+            yield layout, world, run_dir / "stack.log"
+        finally:
+            supervisor.stop()
 
 
 def _raw(port: int, data: bytes, timeout: float = 10) -> tuple[int, dict, bytes]:

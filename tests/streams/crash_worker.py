@@ -1,7 +1,7 @@
 """Run by test_crash.py as a separate process: commit one deposit and die by SIGKILL right after the
 commit, before the relay's fast path (the next after-commit listener) can publish it.
 
-    python tests/streams/crash_worker.py <account id> <amount> <reference>
+    python -m tests.streams.crash_worker <account id> <amount> <reference>     # from the project root
 
 Settings come from the environment (DJANGO_SETTINGS_MODULE, DATABASE_URL pointing at the test
 database, REDIS_URL). Exit status 3: the process was not killed (it should have been); 4: the relay's
@@ -14,11 +14,9 @@ import os
 import signal
 import sys
 from decimal import Decimal
-from pathlib import Path
 
 
 def main(account_id: int, amount: str, reference: str) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "exchange.settings.test")
     import django
 

@@ -156,7 +156,8 @@ def worker_env() -> dict[str, str]:
 async def run_worker(user, amount: str, reference: str) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
-        str(WORKER),
+        "-m",
+        "tests.streams.crash_worker",  # from the project root (cwd): the project's packages import
         str(user.pk),
         amount,
         reference,

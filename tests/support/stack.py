@@ -1,24 +1,18 @@
-"""The full stack in subprocesses, for the tests that start real processes
+"""The pytest side of the harness (exchange/stack): the tests that start real processes
 (tests/streams/test_full_stack.py, tests/streams/test_revocation_full_stack.py,
-tests/wallet/test_worker_crash.py): are the services up, a private database loaded with the demo
-world, a clean Redis database, manage.py, servers and workers as process groups that are always
-stopped, a Daphne server.
-
-Each module names its own database and Redis database (from the environment, so that runs sharing
-one PostgreSQL and Redis do not collide) and drops and flushes what it used.
+tests/wallet/test_worker_crash.py, tests/stack/...) fail, never skip, without PostgreSQL and Redis;
+each module names its own database and Redis database on the servers the test run uses (from the
+environment, so that runs sharing one PostgreSQL and Redis do not collide); a Daphne server for the
+streams' tests. Everything else (private databases, manage.py, the demo world, processes that are
+always stopped, free ports) is exchange/stack's, re-exported here for the tests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,8 +20,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
+from exchange.stack import services
+from exchange.stack.layout import ROOT
+from exchange.stack.ports import free_port
+from exchange.stack.ports import wait_for_port as _wait_for_port
+from exchange.stack.services import PYTHON, Proc, load_demo, manage, process
+
+__all__ = ("PYTHON", "ROOT", "Proc", "free_port", "load_demo", "manage", "process")
+
 # The servers the test run itself uses (var/services.env): the stack gets databases of its own there.
 PG_SERVER = os.environ.get("DATABASE_URL", "postgres://exchange:exchange@127.0.0.1:5432/exchange").rsplit("/", 1)[0]
 # The Redis server the full-stack tests' private databases are on (STACK_REDIS_SERVER: another one,
@@ -77,34 +77,6 @@ def fail_without_services(item: pytest.Item) -> None:
         pytest.fail(f"{why} (`make services` starts them)", pytrace=False)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def manage(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """`manage.py ARGS` with this interpreter; with `check`, a failure fails the test with its output."""
-    done = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
-        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-    if check:
-        assert done.returncode == 0, f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
-    return done
-
-
-def flush_redis(url: str) -> None:
-    """Empty the stack's Redis database. Emptied, it has seen no signature: its replay memory is
-    declared complete (exchange/api/ratelimit/replay.py), so the first signed writes are not refused."""
-    import redis
-
-    from exchange.api.replay_memory import declare_complete
-
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    declare_complete(client)
-
-
 def stack_env(*, settings: str = "exchange.settings.base", drop: tuple[str, ...] = (), **overrides: str) -> dict:
     """The environment of a process of the stack: this one's, without pytest's and the test
     database's variables, the rate-limit store and broker URLs (they follow REDIS_URL) and `drop`;
@@ -117,83 +89,17 @@ def stack_env(*, settings: str = "exchange.settings.base", drop: tuple[str, ...]
     return env
 
 
-def _drop_and_create(name: str, *, create: bool) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        if create:
-            admin.execute(f"CREATE DATABASE {name}")
-
-
 @contextlib.contextmanager
 def private_services(db_name: str, redis_db: int) -> Iterator[tuple[str, str]]:
-    """A new, empty PostgreSQL database `db_name` and the emptied Redis database `redis_db`:
-    `(DATABASE_URL, REDIS_URL)`; both dropped or emptied again on the way out."""
-    redis_url = f"{REDIS_SERVER}/{redis_db}"
-    _drop_and_create(db_name, create=True)
-    flush_redis(redis_url)
-    try:
-        yield f"{PG_SERVER}/{db_name}", redis_url
-    finally:
-        flush_redis(redis_url)
-        _drop_and_create(db_name, create=False)
-
-
-_LOAD_DEMO = (
-    "from django.core.management import call_command as c; "
-    "c('migrate', interactive=False, verbosity=0); c('demo', json=True)"
-)
-
-
-def load_demo(env: dict[str, str]) -> dict:
-    """Migrate the stack's database and load the demo world (one process); the world's JSON."""
-    loaded = manage(env, "shell", "--no-imports", "-c", _LOAD_DEMO).stdout
-    return json.loads(loaded.strip().splitlines()[-1])
-
-
-@dataclass
-class Proc:
-    proc: subprocess.Popen
-    log: Path
-
-    def tail(self, size: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-size:]
-
-
-@contextlib.contextmanager
-def process(args: list[str], env: dict[str, str], name: str) -> Iterator[Proc]:
-    """`args` in a session of its own, output to a temporary log; stopped on the way out: the main
-    process first (a warm shutdown), then whatever is left of its group."""
-    log = Path(tempfile.mkstemp(prefix=f"stack-{name}-", suffix=".log")[1])
-    with log.open("wb") as out:
-        proc = subprocess.Popen(  # noqa: S603 - this interpreter, our own arguments
-            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield Proc(proc, log)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.unlink(missing_ok=True)
+    """A new, empty PostgreSQL database `db_name` and the emptied Redis database `redis_db` on the
+    test run's servers: `(DATABASE_URL, REDIS_URL)`; both dropped or emptied again on the way out."""
+    with services.private_services(PG_SERVER, REDIS_SERVER, db_name, redis_db) as urls:
+        yield urls
 
 
 def wait_for_port(port: int, server: Proc, timeout: float = 30) -> None:
     """Until `server` listens on `port`; fails with its log if it exits or takes too long."""
-    deadline = time.time() + timeout
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return
-        if server.proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError(f"{server.proc.args[:3]} did not start:\n{server.tail()}")
-        time.sleep(0.1)
+    _wait_for_port(port, timeout, proc=server.proc, log=str(server.log))
 
 
 # --- a websocket (Daphne) server ------------------------------------------------------------------
@@ -252,7 +158,7 @@ def daphne(
     port = free_port()
     args = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
     args += ["--ping-interval", str(ping_interval), "--ping-timeout", str(ping_timeout)]
-    # As exchange/stack.py: a storm of handshakes may take the app longer than Daphne's 5 s default.
+    # As exchange/stack/programs.py: a storm of handshakes may take the app longer than Daphne's 5 s default.
     args += ["--websocket_connect_timeout", "30", "exchange.asgi:application"]
     with process(args, env, "daphne") as proc:
         wait_for_port(port, proc)

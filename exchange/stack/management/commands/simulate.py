@@ -1,0 +1,27 @@
+"""`manage.py simulate --seed N --minutes M [--customers K] [--keep]`: the seeded simulation of the
+whole exchange under faults (exchange/stack/simulation, which says what it does and checks). It
+starts its own PostgreSQL cluster and Redis and the stack exactly as `make run` does; this process's
+database settings are not used. Exit status 1 when an end check fails."""
+
+from django.core.management.base import BaseCommand, CommandError
+
+from exchange.stack.simulation.run import run
+
+
+class Command(BaseCommand):
+    help = "Run the seeded simulation (random customers through every flow, random faults, end checks)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--seed", type=int, required=True, help="The same seed gives the same schedule.")
+        parser.add_argument("--minutes", type=float, default=1.0, help="Length of the load (default 1).")
+        parser.add_argument("--customers", type=int, default=4, help="Customers, each with a sub-account (default 4).")
+        parser.add_argument("--keep", action="store_true", help="Keep the logs in the run's temporary directory.")
+
+    def handle(self, *args, **options):
+        if options["minutes"] <= 0 or options["customers"] < 1:
+            raise CommandError("--minutes must be positive and --customers at least 1")
+        result = run(
+            options["seed"], options["minutes"], customers=options["customers"], out=self.stdout, keep=options["keep"]
+        )
+        if not result.ok:
+            raise CommandError(f"simulation seed {options['seed']}: {len(result.violations)} problem(s), see above")
