@@ -45,6 +45,7 @@ from django.utils.module_loading import import_string
 
 from convert.errors import LiquidityUnavailable
 from convert.models import AssetPrice, Pair
+from exchange.ttlcache import ReferenceCache
 
 logger = logging.getLogger(__name__)
 
@@ -267,7 +268,7 @@ _verdicts: dict[Hashable, Cycle | None] = {}
 _verdicts_lock = threading.Lock()
 
 
-def check_no_arbitrage(book: PriceBook, pairs: list[Pair]) -> None:
+def check_no_arbitrage(book: PriceBook, pairs: Iterable[Pair]) -> None:
     """Refuse (LiquidityUnavailable) while the customers' prices of the enabled pairs admit a cycle
     returning more than CONVERT_ARBITRAGE_TOLERANCE_BPS above 1; log it as an error once per book.
     The verdict is remembered per book and pair settings (a book changes once a tick)."""
@@ -297,12 +298,36 @@ def check_no_arbitrage(book: PriceBook, pairs: list[Pair]) -> None:
         raise LiquidityUnavailable()
 
 
-def pairs_in_play() -> list[Pair]:
-    """The enabled pairs with what the guard needs (assets, the market's spread), in one query."""
-    return list(Pair.objects.select_related("source", "target", "market").filter(enabled=True).order_by("pk"))
+@dataclass(frozen=True)
+class EnabledPairs:
+    """The enabled pairs with their assets and markets, and two indexes of them. Shared by every
+    request of the process: read, never changed (a change is a new load)."""
+
+    pairs: tuple[Pair, ...]
+    by_direction: dict[tuple[str, str], Pair]
+    by_id: dict[int, Pair]
 
 
-def current_price(pair: Pair, pairs: list[Pair] | None = None) -> MarketPrice:
+# Read by every quote and accept: cached per process; a change of a pair, market or asset reaches
+# every process within REFERENCE_REVOCATION_SECONDS (exchange/ttlcache.py, convert/apps.py).
+_enabled = ReferenceCache("convert pairs")
+
+
+def _load_enabled() -> EnabledPairs:
+    pairs = tuple(Pair.objects.select_related("source", "target", "market").filter(enabled=True).order_by("pk"))
+    return EnabledPairs(pairs, {(p.source.code, p.target.code): p for p in pairs}, {p.pk: p for p in pairs})
+
+
+def enabled_pairs() -> EnabledPairs:
+    return _enabled.get("enabled", _load_enabled)
+
+
+def pairs_in_play() -> tuple[Pair, ...]:
+    """The enabled pairs with what the guard needs (assets, the market's spread)."""
+    return enabled_pairs().pairs
+
+
+def current_price(pair: Pair, pairs: Iterable[Pair] | None = None) -> MarketPrice:
     """The pair's market price, or LiquidityUnavailable when there is none, it is stale, or the
     book it comes from admits arbitrage. `pairs`: the enabled pairs, when the caller has them."""
     book = source().book()
