@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connection, models, transaction
 
 from exchange.outage import Outage
 
@@ -66,9 +66,10 @@ def clear_all(*_args, **_kwargs) -> None:
 #   Redis that lost its data reads as a new value too); a process trusts its cached values only
 #   while its last complete read started less than REFERENCE_REVOCATION_SECONDS (1) ago, else it
 #   loads from the database: a change reaches every process within that bound;
-# - every value also expires REFERENCE_CACHE_SECONDS (10) after its load: the bound for the cases
-#   the version cannot cover (a process that dies between its commit and its after-commit step, a
-#   load made inside a transaction that then rolled back);
+# - every value also expires REFERENCE_CACHE_SECONDS (10) after its load: the bound for what the
+#   version cannot cover (a process that dies between its commit and its after-commit step);
+# - a load made inside a transaction is used but not kept: it may see the transaction's own
+#   uncommitted change, which a rollback would leave cached (as accounts/ledger/system.py does);
 # - without Redis (the embedded mode: one process) every change clears here at once, and cached
 #   values are trusted until they expire.
 # A load that overlapped a clear may hold pre-change rows: it serves its own request and is not kept.
@@ -148,6 +149,8 @@ class ReferenceCache:
             return hit[1]
         generation = self._generation
         value = load()
+        if connection.in_atomic_block:
+            return value
         with self._lock:
             if generation == self._generation:
                 self._data[key] = (now + settings.REFERENCE_CACHE_SECONDS, value)
