@@ -39,10 +39,12 @@ from functools import lru_cache
 from typing import Protocol
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from accounts.ledger.posting import fetch_prepared
+from accounts.models import Asset
 from convert.errors import LiquidityUnavailable
 from convert.models import AssetPrice, Pair
 from exchange.ttlcache import ReferenceCache
@@ -125,6 +127,12 @@ class MarketBook:
         return tuple(sorted((pair, price) for pair, (price, _) in self.markets.items()))
 
 
+_BOOK_STATEMENT = (
+    "SELECT a.code, p.price, p.price_updated_at"  # noqa: S608 - constant text: the models' own tables
+    f" FROM {AssetPrice._meta.db_table} p JOIN {Asset._meta.db_table} a ON a.id = p.asset_id"
+)
+
+
 class ReferencePrices:
     """Operators' reference prices (one AssetPrice per asset), moved by a simulated market."""
 
@@ -132,7 +140,10 @@ class ReferencePrices:
         self.rng = rng or random.Random()  # noqa: S311 (a simulated market, not a secret)
 
     def book(self) -> AssetBook:
-        rows = AssetPrice.objects.values_list("asset__code", "price", "price_updated_at")
+        if connection.vendor == "postgresql":  # read by every quote and accept: one prepared statement
+            rows = fetch_prepared(_BOOK_STATEMENT, [])
+        else:  # SQLite (the embedded mode): the ORM converts its values
+            rows = AssetPrice.objects.values_list("asset__code", "price", "price_updated_at")
         return AssetBook(settings.CONVERT_NUMERAIRE, {code: (price, at) for code, price, at in rows})
 
     def tick(self) -> int:

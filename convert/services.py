@@ -154,7 +154,7 @@ def quote_create(
     source, target, fee = quote_amounts(pair, price, source_amount=source_amount, target_amount=target_amount)
     _throttle(user, pair)
     now = timezone.now()
-    return Quote.objects.create(
+    quote = Quote(
         quote_id=secrets.token_hex(16),
         user=user,
         pair=pair,
@@ -166,6 +166,23 @@ def quote_create(
         created_at=now,
         expires_at=now + timedelta(seconds=settings.QUOTE_TTL_SECONDS),
     )
+    if connection.vendor != "postgresql":  # SQLite (the embedded mode)
+        quote.save(force_insert=True)
+        return quote
+    # One prepared statement (the ORM's INSERT cost ~0.2 ms more CPU per quote).
+    quote.pk = fetch_prepared(_QUOTE_INSERT, [getattr(quote, name) for name in _QUOTE_INSERTED])[0][0]
+    quote._state.adding, quote._state.db = False, "default"
+    return quote
+
+
+_QUOTE_INSERTED = tuple(f.attname for f in Quote._meta.concrete_fields if not f.primary_key)
+_QUOTE_INSERT = (
+    f"INSERT INTO {Quote._meta.db_table} ("  # noqa: S608 - constant text: the model's own columns
+    + ", ".join(connection.ops.quote_name(Quote._meta.get_field(name).column) for name in _QUOTE_INSERTED)
+    + ") VALUES ("
+    + ", ".join(["%s"] * len(_QUOTE_INSERTED))
+    + ") RETURNING id"
+)
 
 
 def seconds_left(quote: Quote) -> int:

@@ -8,7 +8,7 @@ Settings come from the environment (DJANGO_SETTINGS_MODULE, DATABASE_URL pointin
 database, REDIS_URL, REFERENCE_CACHE_SECONDS long enough that only the invalidation can deliver a
 change within the bound). Commands on stdin, one answer line each on stdout:
 
-- `warm`: two quotes; answers `warm <SQL statements of the second quote>` (its caches are in use);
+- `warm`: two quotes; answers `warm <ORM statements of the second quote>` (0: its caches are in use);
 - `watch <seconds>`: quotes 100 PHP -> BTC in a loop until one is refused or `seconds` pass;
   answers `refused <time.time() of that quote's start> <message>` or `unchanged <quotes made>`.
 """

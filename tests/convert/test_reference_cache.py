@@ -84,9 +84,9 @@ def other_process(convert_world):
         pytest.skip("another process needs the shared database")
     user = customer().user
     other = OtherProcess(user.pk)
-    # Warm: its second quote reads only the price book and inserts the quote (pairs, markets,
-    # assets and the business status come from its caches).
-    assert other.ask("warm") == ["warm", "2"]
+    # Warm: its second quote asks the ORM nothing (pairs, markets, assets and the business status
+    # come from its caches; the price book and the insert are prepared statements).
+    assert other.ask("warm") == ["warm", "0"]
     yield other
     other.close()
 
