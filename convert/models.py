@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from accounts.ledger.models import AmountField
+from exchange.runtime.ttlcache import ReferenceQuerySet
 
 
 class AssetPrice(models.Model):
@@ -50,6 +51,8 @@ class Market(models.Model):
         default=20, help_text="Taken from the customer's side of every quote, both ways (1 bp = 0.01%)."
     )
 
+    objects = ReferenceQuerySet.as_manager()  # cached per process with the pairs (convert/prices.py)
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["base", "quote"], name="one_market_per_asset_pair"),
@@ -74,6 +77,8 @@ class Pair(models.Model):
         default=0, help_text="Fee taken in the target asset, to the fees account (1 bp = 0.01%)."
     )
     enabled = models.BooleanField(default=True)
+
+    objects = ReferenceQuerySet.as_manager()  # cached per process (convert/prices.py)
 
     class Meta:
         ordering = ["source__code", "target__code"]

@@ -39,12 +39,15 @@ from functools import lru_cache
 from typing import Protocol
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from accounts.ledger.posting import fetch_prepared
+from accounts.models import Asset
 from convert.errors import LiquidityUnavailable
 from convert.models import AssetPrice, Pair
+from exchange.runtime.ttlcache import ReferenceCache
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +127,12 @@ class MarketBook:
         return tuple(sorted((pair, price) for pair, (price, _) in self.markets.items()))
 
 
+_BOOK_STATEMENT = (
+    "SELECT a.code, p.price, p.price_updated_at"  # noqa: S608 - constant text: the models' own tables
+    f" FROM {AssetPrice._meta.db_table} p JOIN {Asset._meta.db_table} a ON a.id = p.asset_id"
+)
+
+
 class ReferencePrices:
     """Operators' reference prices (one AssetPrice per asset), moved by a simulated market."""
 
@@ -131,7 +140,10 @@ class ReferencePrices:
         self.rng = rng or random.Random()  # noqa: S311 (a simulated market, not a secret)
 
     def book(self) -> AssetBook:
-        rows = AssetPrice.objects.values_list("asset__code", "price", "price_updated_at")
+        if connection.vendor == "postgresql":  # read by every quote and accept: one prepared statement
+            rows = fetch_prepared(_BOOK_STATEMENT, [])
+        else:  # SQLite (the embedded mode): the ORM converts its values
+            rows = AssetPrice.objects.values_list("asset__code", "price", "price_updated_at")
         return AssetBook(settings.CONVERT_NUMERAIRE, {code: (price, at) for code, price, at in rows})
 
     def tick(self) -> int:
@@ -267,7 +279,7 @@ _verdicts: dict[Hashable, Cycle | None] = {}
 _verdicts_lock = threading.Lock()
 
 
-def check_no_arbitrage(book: PriceBook, pairs: list[Pair]) -> None:
+def check_no_arbitrage(book: PriceBook, pairs: Iterable[Pair]) -> None:
     """Refuse (LiquidityUnavailable) while the customers' prices of the enabled pairs admit a cycle
     returning more than CONVERT_ARBITRAGE_TOLERANCE_BPS above 1; log it as an error once per book.
     The verdict is remembered per book and pair settings (a book changes once a tick)."""
@@ -297,12 +309,36 @@ def check_no_arbitrage(book: PriceBook, pairs: list[Pair]) -> None:
         raise LiquidityUnavailable()
 
 
-def pairs_in_play() -> list[Pair]:
-    """The enabled pairs with what the guard needs (assets, the market's spread), in one query."""
-    return list(Pair.objects.select_related("source", "target", "market").filter(enabled=True).order_by("pk"))
+@dataclass(frozen=True)
+class EnabledPairs:
+    """The enabled pairs with their assets and markets, and two indexes of them. Shared by every
+    request of the process: read, never changed (a change is a new load)."""
+
+    pairs: tuple[Pair, ...]
+    by_direction: dict[tuple[str, str], Pair]
+    by_id: dict[int, Pair]
 
 
-def current_price(pair: Pair, pairs: list[Pair] | None = None) -> MarketPrice:
+# Read by every quote and accept: cached per process; a change of a pair, market or asset reaches
+# every process within REFERENCE_REVOCATION_SECONDS (exchange/runtime/ttlcache.py, convert/apps.py).
+_enabled = ReferenceCache("convert pairs")
+
+
+def _load_enabled() -> EnabledPairs:
+    pairs = tuple(Pair.objects.select_related("source", "target", "market").filter(enabled=True).order_by("pk"))
+    return EnabledPairs(pairs, {(p.source.code, p.target.code): p for p in pairs}, {p.pk: p for p in pairs})
+
+
+def enabled_pairs() -> EnabledPairs:
+    return _enabled.get("enabled", _load_enabled)
+
+
+def pairs_in_play() -> tuple[Pair, ...]:
+    """The enabled pairs with what the guard needs (assets, the market's spread)."""
+    return enabled_pairs().pairs
+
+
+def current_price(pair: Pair, pairs: Iterable[Pair] | None = None) -> MarketPrice:
     """The pair's market price, or LiquidityUnavailable when there is none, it is stale, or the
     book it comes from admits arbitrage. `pairs`: the enabled pairs, when the caller has them."""
     book = source().book()

@@ -26,12 +26,14 @@ from datetime import timedelta
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from accounts import ledger, policy
 from accounts.ledger.errors import AccountMayNotSend, InsufficientBalance
 from accounts.ledger.models import Balance, BusinessType, Posting
+from accounts.ledger.posting import fetch_prepared
 from accounts.models import SystemRole, User
 from convert import errors, prices
 from convert.models import AssetPrice, Order, OrderStatus, Pair, Quote
@@ -73,13 +75,13 @@ def _require_may_convert(user: User) -> None:
         raise errors.AccountUnavailable()
 
 
-def pair_find(source_code: str, target_code: str, pairs: list[Pair]) -> Pair:
-    """The enabled pair in that direction, among `pairs` (prices.pairs_in_play: one query gives the
-    pair and what the arbitrage guard needs)."""
-    for pair in pairs:
-        if pair.source.code == source_code and pair.target.code == target_code:
-            return pair
-    raise errors.PairNotSupported(source_code, target_code)
+def pair_find(source_code: str, target_code: str, enabled: prices.EnabledPairs) -> Pair:
+    """The enabled pair in that direction (prices.enabled_pairs: cached per process, with its assets
+    and market, and what the arbitrage guard needs)."""
+    pair = enabled.by_direction.get((source_code, target_code))
+    if pair is None:
+        raise errors.PairNotSupported(source_code, target_code)
+    return pair
 
 
 def _throttle(user: User, pair: Pair) -> None:
@@ -142,16 +144,16 @@ def quote_create(
         raise errors.OneAmountRequired()
     _require_business_on()
     _require_may_convert(user)
-    pairs = prices.pairs_in_play()
-    pair = pair_find(source_code, target_code, pairs)
-    market = prices.current_price(pair, pairs)
+    enabled = prices.enabled_pairs()
+    pair = pair_find(source_code, target_code, enabled)
+    market = prices.current_price(pair, enabled.pairs)
     price = customer_price(market.price, pair.market.spread_bps)
     if price <= 0:
         raise errors.LiquidityUnavailable()
     source, target, fee = quote_amounts(pair, price, source_amount=source_amount, target_amount=target_amount)
     _throttle(user, pair)
     now = timezone.now()
-    return Quote.objects.create(
+    quote = Quote(
         quote_id=secrets.token_hex(16),
         user=user,
         pair=pair,
@@ -163,6 +165,23 @@ def quote_create(
         created_at=now,
         expires_at=now + timedelta(seconds=settings.QUOTE_TTL_SECONDS),
     )
+    if connection.vendor != "postgresql":  # SQLite (the embedded mode)
+        quote.save(force_insert=True)
+        return quote
+    # One prepared statement (the ORM's INSERT cost ~0.2 ms more CPU per quote).
+    quote.pk = fetch_prepared(_QUOTE_INSERT, [getattr(quote, name) for name in _QUOTE_INSERTED])[0][0]
+    quote._state.adding, quote._state.db = False, "default"
+    return quote
+
+
+_QUOTE_INSERTED = tuple(f.attname for f in Quote._meta.concrete_fields if not f.primary_key)
+_QUOTE_INSERT = (
+    f"INSERT INTO {Quote._meta.db_table} ("  # noqa: S608 - constant text: the model's own columns
+    + ", ".join(connection.ops.quote_name(Quote._meta.get_field(name).column) for name in _QUOTE_INSERTED)
+    + ") VALUES ("
+    + ", ".join(["%s"] * len(_QUOTE_INSERTED))
+    + ") RETURNING id"
+)
 
 
 def seconds_left(quote: Quote) -> int:
@@ -199,24 +218,58 @@ def _fail(quote: Quote, error: errors.ConvertError):
     raise error
 
 
-def quote_accept(*, user: User, quote_id: str) -> Order:
+_QUOTE_FIELDS = tuple(f.attname for f in Quote._meta.concrete_fields)
+# PostgreSQL: the caller's quote and whether it has an order, in one prepared statement (through
+# the ORM, with the pair joined and a separate exists(), it cost ~2 ms of CPU of the accept's ~4).
+_QUOTE_STATEMENT = (
+    "SELECT "  # noqa: S608 - constant text: the model's own column names
+    + ", ".join(f"q.{connection.ops.quote_name(Quote._meta.get_field(name).column)}" for name in _QUOTE_FIELDS)
+    + ", o.id IS NOT NULL FROM convert_quote q LEFT JOIN convert_order o ON o.quote_id = q.id"
+    " WHERE q.quote_id = %s AND q.user_id = %s"
+)
+
+
+def _quote_of(user: User, quote_id: str) -> tuple[Quote, bool] | None:
+    """The caller's quote and whether it was accepted (or refused) already; None: no such quote."""
+    if connection.vendor == "postgresql":
+        rows = fetch_prepared(_QUOTE_STATEMENT, [quote_id, user.pk])
+        if not rows:
+            return None
+        *values, used = rows[0]
+        return Quote.from_db("default", _QUOTE_FIELDS, values), used
+    # SQLite (the embedded mode): the ORM converts its values
     quote = (
-        Quote.objects.select_related("pair__source", "pair__target", "pair__market")
+        Quote.objects.annotate(used=Exists(Order.objects.filter(quote=OuterRef("pk"))))
         .filter(quote_id=quote_id, user=user)
         .first()
     )
-    if quote is None:
+    return (quote, quote.used) if quote is not None else None
+
+
+def _pair_of(quote: Quote) -> Pair:
+    """The quote's pair from the process's enabled pairs; a pair not there is read (it may have been
+    disabled, or enabled a moment ago in another process) and refused unless enabled."""
+    pair = prices.enabled_pairs().by_id.get(quote.pair_id)
+    if pair is None:
+        pair = Pair.objects.select_related("source", "target", "market").get(pk=quote.pair_id)
+        if not pair.enabled:
+            raise errors.LiquidityUnavailable()
+    return pair
+
+
+def quote_accept(*, user: User, quote_id: str) -> Order:
+    found = _quote_of(user, quote_id)
+    if found is None:
         raise errors.QuoteNotFound()
-    if Order.objects.filter(quote=quote).exists():
+    quote, used = found
+    if used:
         raise errors.QuoteAlreadyUsed()
     if timezone.now() >= quote.expires_at:
         _fail(quote, errors.QuoteExpired())
     try:
         _require_business_on()
         _require_may_convert(user)
-        pair = quote.pair
-        if not pair.enabled:
-            raise errors.LiquidityUnavailable()
+        pair = quote.pair = _pair_of(quote)
         market = prices.current_price(pair)  # stale, missing or arbitrage: LiquidityUnavailable
         tolerance = Decimal(settings.CONVERT_LAST_LOOK_TOLERANCE_BPS) / BPS
         now_price = customer_price(market.price, pair.market.spread_bps)

@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_delete, post_migrate, post_save
 
 
 class PlatformConfig(AppConfig):
@@ -13,8 +13,12 @@ class PlatformConfig(AppConfig):
     verbose_name = "Service operations"
 
     def ready(self) -> None:
+        from exchange.platform.models import BusinessStatus
         from exchange.platform.services import business_status_seed
+        from exchange.runtime.ttlcache import invalidate_references
 
         post_migrate.connect(business_status_seed, sender=self, dispatch_uid="exchange.business_status_seed")
         # The per-process cache of reference data (exchange/runtime/ttlcache.py) is cleared by the app
-        # that owns each cached model, in its own ready().
+        # that owns each cached model, in its own ready(): here the business status (business_is_on).
+        post_save.connect(invalidate_references, sender=BusinessStatus, dispatch_uid="reference-save-business")
+        post_delete.connect(invalidate_references, sender=BusinessStatus, dispatch_uid="reference-delete-business")

@@ -76,6 +76,11 @@ STREAM_MAX_PENDING_FRAMES = env.int("STREAM_MAX_PENDING_FRAMES", default=2000)
 # message is lost (accounts/keyring.py); changes made through the ORM evict at once.
 API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)
 API_KEY_REVOCATION_SECONDS = env.float("API_KEY_REVOCATION_SECONDS", default=1.0)
+# The same for reference data cached per process (convert's pairs and markets, the business status;
+# exchange/runtime/ttlcache.py ReferenceCache): a change reaches every process within the revocation bound,
+# and a cached value is reloaded at the latest this long after its load.
+REFERENCE_CACHE_SECONDS = env.float("REFERENCE_CACHE_SECONDS", default=10.0)
+REFERENCE_REVOCATION_SECONDS = env.float("REFERENCE_REVOCATION_SECONDS", default=1.0)
 
 REDIS_URL = env.str("REDIS_URL", default="")
 # Where the rate-limit counters live: Redis when configured, else this process's memory.

@@ -1,5 +1,6 @@
-"""bench/convert.py's clients: one keep-alive connection per account asking for quotes and
-accepting them at a steady rate, what they saw, and PostgreSQL's lock waits meanwhile."""
+"""bench/convert's load and measurements (kept apart so that the bench script stays readable): the
+convert clients (HTTP/1.1 keep-alive, signing live), one round of them, the lock-wait sampler and
+the CPU readings of the stack's processes, its PostgreSQL backends and Redis."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import asyncio
 import hashlib
 import hmac
 import json
+import os
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 from urllib.parse import urlencode
 
 # (source, target, sourceAmount): every demo pair, small amounts, so a client's balances last
@@ -27,13 +30,16 @@ PLAN = [
 
 
 class Client:
-    """One account's HTTP/1.1 keep-alive connection, signing each request with the account's secret."""
+    """One HTTP/1.1 keep-alive connection, converting for its accounts in turn (each request signed
+    with its account's secret): the per-pair quote interval is per account, so a client with two
+    accounts may convert up to 16 times a second on the 8 pairs."""
 
-    def __init__(self, port: int, email: str, key: str, secret: str, offset: int) -> None:
-        self.port, self.email, self.key = port, email, key
-        self.secret = secret.encode()
+    def __init__(self, port: int, accounts: list[list[str]], offset: int) -> None:
+        self.port = port
+        self.accounts = [(key, secret.encode()) for _email, key, secret in accounts]
         self.step = offset  # where in PLAN this client starts, so the clients spread over the pairs
-        self.last_quote: dict[int, float] = {}  # PLAN index -> monotonic time of the last quote answer
+        # (account index, PLAN index) -> monotonic time of the last quote answer
+        self.last_quote: dict[tuple[int, int], float] = {}
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -45,11 +51,12 @@ class Client:
             self.writer.close()
             self.writer = None
 
-    async def post(self, path: str, params: dict[str, str]) -> tuple[int, dict]:
+    async def post(self, path: str, params: dict[str, str], account: int) -> tuple[int, dict]:
+        key, secret = self.accounts[account]
         body = urlencode({**params, "timestamp": time.time_ns() // 1_000_000})
-        body += "&signature=" + hmac.new(self.secret, body.encode(), hashlib.sha256).hexdigest()
+        body += "&signature=" + hmac.new(secret, body.encode(), hashlib.sha256).hexdigest()
         request = (
-            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-SERVICE-APIKEY: {self.key}\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nX-SERVICE-APIKEY: {key}\r\n"
             f"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {len(body)}\r\n\r\n{body}"
         ).encode()
         if self.writer is None:
@@ -149,10 +156,11 @@ def _failure(endpoint: str, status: int, answer: dict) -> str:
 
 async def _run_client(client: Client, tally: Tally, window_end: float, interval_s: float) -> None:
     while time.monotonic() < window_end:
-        index = client.step % len(PLAN)
+        account = client.step % len(client.accounts)
+        index = (client.step // len(client.accounts)) % len(PLAN)
         client.step += 1
         source, target, amount = PLAN[index]
-        wait = client.last_quote.get(index, -1e9) + interval_s - time.monotonic()
+        wait = client.last_quote.get((account, index), -1e9) + interval_s - time.monotonic()
         if wait > 0:
             tally.throttle_waits += 1
             await asyncio.sleep(wait)
@@ -163,14 +171,15 @@ async def _run_client(client: Client, tally: Tally, window_end: float, interval_
             status, answer = await client.post(
                 "/openapi/convert/v1/get-quote",
                 {"sourceCurrency": source, "targetCurrency": target, "sourceAmount": amount},
+                account,
             )
-            client.last_quote[index] = time.monotonic()
+            client.last_quote[(account, index)] = time.monotonic()
             if status != 200 or answer.get("status") != 0:
                 tally.failures[_failure("get-quote", status, answer)] += 1
                 continue
             quoted = time.monotonic()
             status, answer = await client.post(
-                "/openapi/convert/v1/accept-quote", {"quoteId": answer["data"]["quoteId"]}
+                "/openapi/convert/v1/accept-quote", {"quoteId": answer["data"]["quoteId"]}, account
             )
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             tally.failures[f"connection: {type(exc).__name__}"] += 1
@@ -216,3 +225,43 @@ def convert_round(clients: list[Client], seconds: float, interval_ms: int) -> di
         "accept_p50_ms": pct(accept, 0.50),
         "accept_p99_ms": pct(accept, 0.99),
     }
+
+
+def cpu_by_process(server_pid: int, database: str) -> dict[str, dict[int, float]]:
+    """CPU seconds (user + system) so far of each process of the server (its process tree), of each
+    PostgreSQL backend connected to `database` (not the other work on the machine's PostgreSQL, unlike
+    bench/transfers' cpu_seconds) and of Redis (the whole server), by pid."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    found: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        found[int(entry.name)] = (title, (int(fields[11]) + int(fields[12])) / tick)
+    tree, todo = set(), [server_pid]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo.extend(children.get(pid, []))
+    totals: dict[str, dict[int, float]] = {"web": {}, "postgres": {}, "redis": {}}
+    for pid, (title, seconds) in found.items():
+        if pid in tree:
+            totals["web"][pid] = seconds
+        elif title.startswith("postgres:") and f" {database} " in title:
+            totals["postgres"][pid] = seconds
+        elif title.startswith("redis-server") or "/redis-server" in title.split(" ", 1)[0]:
+            totals["redis"][pid] = seconds
+    return totals
+
+
+def cpu_used(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]) -> dict[str, float]:
+    """CPU seconds between two readings, of the processes alive at the second (one that exited in
+    between is left out: never a negative figure)."""
+    return {name: sum(s - before[name].get(pid, 0.0) for pid, s in pids.items()) for name, pids in after.items()}
