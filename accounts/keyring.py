@@ -55,6 +55,7 @@ from accounts.crypto import decrypt_secret
 from accounts.ledger.posting import fetch_prepared
 from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
 from exchange.api.signing import signer
+from exchange.runtime import redis_clients
 from exchange.runtime.outage import Outage
 
 logger = logging.getLogger(__name__)
@@ -435,9 +436,7 @@ def _log_client():
     (the cache stops being trusted API_KEY_REVOCATION_SECONDS after the last complete read)."""
     global _log_redis_client
     if _log_redis_client is None:
-        import redis
-
-        _log_redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+        _log_redis_client = redis_clients.client(socket_timeout=1, socket_connect_timeout=1)
     return _log_redis_client
 
 
@@ -451,9 +450,7 @@ def _channel() -> str:
 def _redis():
     global _redis_client
     if _redis_client is None:
-        import redis
-
-        _redis_client = redis.Redis.from_url(settings.REDIS_URL)
+        _redis_client = redis_clients.client()
     return _redis_client
 
 

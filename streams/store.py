@@ -19,6 +19,8 @@ from functools import lru_cache
 
 from django.conf import settings
 
+from exchange.runtime import redis_clients
+
 # Why a connection is refused by connection_open.
 OVER_KEY_CAP = "listenKey"
 OVER_IP_CAP = "ip"
@@ -154,10 +156,8 @@ class RedisStore:
     DELETIONS = "streams:deletions"
 
     def __init__(self, url: str) -> None:
-        import redis
-
         # Timeouts: a Redis that does not answer fails the request (-1126, -1001) instead of holding it.
-        self.redis = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=5)
+        self.redis = redis_clients.client(url, decode_responses=True, socket_connect_timeout=3, socket_timeout=5)
         self._open_connection = self.redis.register_script(OPEN_CONNECTION_LUA)
 
     def owner(self, key: str) -> int | None:

@@ -215,9 +215,9 @@ def _version_client():
     REFERENCE_REVOCATION_SECONDS after the last complete read)."""
     global _version_redis_client
     if _version_redis_client is None:
-        import redis
+        from exchange.runtime import redis_clients
 
-        _version_redis_client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
+        _version_redis_client = redis_clients.client(socket_timeout=1, socket_connect_timeout=1)
     return _version_redis_client
 
 

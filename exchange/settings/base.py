@@ -7,6 +7,7 @@ on PostgreSQL and Redis with real Celery workers.
 
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -83,8 +84,24 @@ REFERENCE_CACHE_SECONDS = env.float("REFERENCE_CACHE_SECONDS", default=10.0)
 REFERENCE_REVOCATION_SECONDS = env.float("REFERENCE_REVOCATION_SECONDS", default=1.0)
 
 REDIS_URL = env.str("REDIS_URL", default="")
+# Redis through Sentinel (docs/scaling.md): REDIS_SENTINELS="h1:26379,h2:26379,h3:26379" and the
+# primary's name REDIS_SENTINEL_MASTER. Every client then asks the sentinels for the primary at each
+# connection (exchange/runtime/redis_clients.py, and the channel layer, broker and limits below);
+# REDIS_URL names only the database and password (its host is not dialled; default redis://MASTER/0).
+REDIS_SENTINELS = [
+    (host.rpartition(":")[0], int(host.rpartition(":")[2])) for host in env.list("REDIS_SENTINELS", default=[])
+]
+REDIS_SENTINEL_MASTER = env.str("REDIS_SENTINEL_MASTER", default="mymaster")
+if REDIS_SENTINELS and not REDIS_URL:
+    REDIS_URL = f"redis://{REDIS_SENTINEL_MASTER}/0"
+_REDIS_DB = int(urlsplit(REDIS_URL).path.strip("/") or 0)
+_SENTINEL_HOSTS = ",".join(f"{host}:{port}" for host, port in REDIS_SENTINELS)
 # Where the rate-limit counters live: Redis when configured, else this process's memory.
-RATE_LIMIT_STORAGE_URL = env.str("RATE_LIMIT_STORAGE_URL", default=REDIS_URL or "memory://")
+RATE_LIMIT_STORAGE_URL = env.str(
+    "RATE_LIMIT_STORAGE_URL",
+    default=(f"redis+sentinel://{_SENTINEL_HOSTS}/{REDIS_SENTINEL_MASTER}" if REDIS_SENTINELS else REDIS_URL)
+    or "memory://",
+)
 
 INSTALLED_APPS = [
     "daphne",
@@ -258,7 +275,17 @@ SPECTACULAR_SETTINGS = {
 }
 
 # Celery: eager in the embedded default, Redis broker in the full stack.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
+CELERY_BROKER_URL = env.str(
+    "CELERY_BROKER_URL",
+    default=(";".join(f"sentinel://{host}:{port}/{_REDIS_DB}" for host, port in REDIS_SENTINELS) or REDIS_URL)
+    or "memory://",
+)
+if REDIS_SENTINELS:
+    # kombu's Sentinel transport: the primary's name; the sentinels answer quickly or are skipped.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "master_name": REDIS_SENTINEL_MASTER,
+        "sentinel_kwargs": {"socket_timeout": 1.0, "socket_connect_timeout": 1.0},
+    }
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -341,7 +368,18 @@ if REDIS_URL:
             "CONFIG": {
                 # redis-py's 5 s socket timeout equals the layer's 5 s blocking read: quiet
                 # connections would die; its pool of 100 refuses a reconnect storm.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": 1000}],
+                "hosts": [
+                    {"address": REDIS_URL, "socket_timeout": 15, "max_connections": 1000}
+                    if not REDIS_SENTINELS
+                    else {
+                        "sentinels": REDIS_SENTINELS,
+                        "master_name": REDIS_SENTINEL_MASTER,
+                        "sentinel_kwargs": {"socket_timeout": 1.0, "socket_connect_timeout": 1.0},
+                        "db": _REDIS_DB,
+                        "socket_timeout": 15,
+                        "max_connections": 1000,
+                    }
+                ],
                 "capacity": env.int("STREAM_CHANNEL_CAPACITY", default=5000),
             },
         }

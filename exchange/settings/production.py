@@ -21,7 +21,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     raise ImproperlyConfigured("Set DATABASE_URL to PostgreSQL in production.")
 if not REDIS_URL:
     raise ImproperlyConfigured("Set REDIS_URL in production (rate limits, channel layer, broker).")
-if not RATE_LIMIT_STORAGE_URL.startswith(("redis://", "rediss://", "redis+unix://")):
+if not RATE_LIMIT_STORAGE_URL.startswith(("redis://", "rediss://", "redis+unix://", "redis+sentinel://")):
     # Per-process memory would give each worker its own replay memory: a replay to another worker
     # would pass (docs/security.md, M1).
     raise ImproperlyConfigured("RATE_LIMIT_STORAGE_URL must be a Redis shared by every process in production.")

@@ -24,6 +24,7 @@ from exchange.api.ratelimit.replay import (
     START_EPOCH_LUA,
     RestartWatch,
 )
+from exchange.runtime import redis_clients
 from exchange.runtime.outage import Outage
 
 logger = logging.getLogger(__package__)  # exchange.api.ratelimit, as before the split
@@ -79,12 +80,23 @@ return {0, ip, ip_ttl, uid, uid_ttl, 0}
 
 
 def _storage_for(url: str) -> Storage:
-    if not url.startswith(("redis://", "rediss://", "redis+unix://", "valkey")):
+    if not url.startswith(REDIS_SCHEMES):
         return storage_from_string(url)  # memory:// (embedded): one process, its memory is the epoch
     watch = RestartWatch()
-    storage = storage_from_string(url, redis_connect_func=watch.on_connect)
+    options = {}
+    if url.startswith("redis+sentinel://"):
+        # The counters' database (REDIS_URL's number); every count and the replay memory on the
+        # primary (a replica's copy lags: a replayed signature could pass there).
+        options = {"db": redis_clients.url_database(settings.REDIS_URL), "use_replicas": False}
+        options["sentinel_kwargs"] = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0}
+    storage = storage_from_string(url, redis_connect_func=watch.on_connect, **options)
     watch.keys = [storage.prefixed_key(MEMORY_SERVER_KEY), storage.prefixed_key(MEMORY_EPOCH_KEY)]
     return storage
+
+
+# The storages on a Redis shared by every process (a failover through Sentinel keeps the replay
+# memory honest: the new primary's run id differs, RestartWatch begins a new epoch).
+REDIS_SCHEMES = ("redis://", "rediss://", "redis+unix://", "redis+sentinel://", "valkey")
 
 
 @dataclass(frozen=True)
