@@ -1,0 +1,18 @@
+"""The HA lab (issue 28, docs/scaling.md): on this one machine, as separate hosts each in its own
+network namespace on the bridge `xlab0` (10.77.0.0/24), three etcd members and three PostgreSQL
+nodes under Patroni (synchronous_mode) on db1..db3, three Redis servers (one primary, two replicas)
+and three sentinels on redis1..redis3. The application runs in the machine's own namespace and
+finds the primaries itself (a libpq multi-host DATABASE_URL, Redis through Sentinel).
+
+    python -m exchange.stack.lab up       # namespaces, configuration, supervisord; waits for the primaries
+    python -m exchange.stack.lab status   # who leads
+    python -m exchange.stack.lab env      # the application's DATABASE_URL / REDIS_SENTINELS
+    python -m exchange.stack.lab fault    # the stack on the lab, transfers, SIGKILL of the PG primary
+    python -m exchange.stack.lab down     # stop everything, delete the namespaces and the data
+
+Modules: topology (hosts and addresses), net (namespaces, veth pairs, the bridge, a link cut),
+config (etcd's command line, patroni.yml, redis.conf, sentinel.conf), cluster (supervisord over
+all of it, waiting, asking who leads), fault (the fault run and its figures).
+Debian's binaries (packages etcd-server, patroni, redis-sentinel, postgresql) run directly under
+supervisord, each inside its host's namespace (`ip netns exec`); PostgreSQL as user postgres.
+"""

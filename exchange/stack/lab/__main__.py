@@ -1,0 +1,33 @@
+"""`python -m exchange.stack.lab up|down|status|env|fault` (docs/scaling.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from exchange.stack.lab import cluster, topology
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "status"
+    if command == "up":
+        cluster.up()
+        print(json.dumps(cluster.status(), indent=2))
+    elif command == "down":
+        cluster.down()
+    elif command == "status":
+        print(json.dumps(cluster.status(), indent=2))
+    elif command == "env":
+        for key, value in topology.app_env().items():
+            print(f"{key}={value}")
+    elif command == "fault":
+        from exchange.stack.lab import fault
+
+        return fault.main(argv[1:])
+    else:
+        raise SystemExit(f"unknown command {command!r}: up, down, status, env, fault")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,194 @@
+"""The lab under supervisord: every host's programs (etcd, Patroni with its PostgreSQL, Redis,
+Sentinel), each inside its namespace; waiting for the primaries; asking who leads."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from exchange.stack.lab import config, net
+from exchange.stack.lab.topology import (
+    DATABASE,
+    DB_HOSTS,
+    HOSTS,
+    LAB_DIR,
+    MASTER,
+    PATRONI_PORT,
+    PG_PASSWORD,
+    PG_PORT,
+    REDIS_HOSTS,
+    SENTINEL_PORT,
+    Host,
+)
+from exchange.stack.layout import ROOT
+from exchange.stack.programs import Program
+from exchange.stack.supervisor import Supervisor, supervisord_conf
+
+RUN_DIR = LAB_DIR / "supervisor"
+
+
+def programs() -> list[Program]:
+    out = []
+    for host in DB_HOSTS:
+        out.append(Program(f"etcd-{host.name}", net.in_host(host, config.etcd_args(host))))
+    for host in DB_HOSTS:
+        args = ["/usr/bin/patroni", str(host.dir / "patroni.yml")]
+        out.append(Program(f"patroni-{host.name}", net.in_host(host, args, user="postgres")))
+    for host in REDIS_HOSTS:
+        redis = ["/usr/bin/redis-server", str(host.dir / "redis.conf")]
+        out.append(Program(f"redis-{host.name}", net.in_host(host, redis)))
+    for host in REDIS_HOSTS:
+        sentinel = ["/usr/bin/redis-sentinel", str(host.dir / "sentinel.conf")]
+        out.append(Program(f"sentinel-{host.name}", net.in_host(host, sentinel)))
+    return out
+
+
+class LabSupervisor(Supervisor):
+    """supervisord as the stack's, except that a lab program that dies stays dead: a killed host is
+    down until the fault brings it back (`start(name)`), as a machine would be."""
+
+    def start(self, timeout: float = 120.0) -> None:  # noqa: ARG002 - the lab waits for its primaries itself
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        text = supervisord_conf(self.programs, self.run_dir).replace(
+            "autorestart=true\nstartsecs=1", "autorestart=false\nstartsecs=1"
+        )
+        self.conf.write_text(text)
+        out = (self.run_dir / "lab.log").open("ab")
+        with out:
+            self.proc = subprocess.Popen(  # noqa: S603 - supervisord on our own configuration
+                [sys.executable, "-m", "supervisor.supervisord", "-c", str(self.conf)],
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # `up` returns; `down` stops it through its pid file
+            )
+
+
+def write_files() -> None:
+    LAB_DIR.mkdir(parents=True, exist_ok=True)
+    os.chmod(LAB_DIR, 0o755)  # noqa: S103 - user postgres must reach its directories
+    for host in HOSTS:
+        host.dir.mkdir(parents=True, exist_ok=True)
+    for host in DB_HOSTS:
+        (host.dir / "patroni.yml").write_text(config.patroni_yml(host))
+        shutil.chown(host.dir, "postgres", "postgres")
+        os.chmod(host.dir, 0o700)
+    for host in REDIS_HOSTS:
+        (host.dir / "redis.conf").write_text(config.redis_conf(host))
+        (host.dir / "sentinel.conf").write_text(config.sentinel_conf(host))
+
+
+def supervisor() -> LabSupervisor:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_URL", "REDIS_"))}
+    return LabSupervisor(programs(), env, RUN_DIR)
+
+
+def _get(url: str, timeout: float = 1.0) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - the lab's own hosts
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+    except (OSError, ValueError):
+        return 0, {}
+
+
+def pg_cluster() -> dict:
+    """Patroni's view of the cluster (its REST API on any node that answers)."""
+    for host in DB_HOSTS:
+        status, body = _get(f"http://{host.address}:{PATRONI_PORT}/cluster")
+        if status == 200:
+            return body
+    return {}
+
+
+def pg_leader() -> Host | None:
+    for member in pg_cluster().get("members", []):
+        if member.get("role") == "leader" and member.get("state") == "running":
+            return next(h for h in DB_HOSTS if h.name == member["name"])
+    return None
+
+
+def pg_sync_standby() -> str | None:
+    return next((m["name"] for m in pg_cluster().get("members", []) if m.get("role") == "sync_standby"), None)
+
+
+def redis_primary() -> str | None:
+    import redis
+
+    for host in REDIS_HOSTS:
+        try:
+            client = redis.Redis(host=host.address, port=SENTINEL_PORT, socket_timeout=1, socket_connect_timeout=1)
+            address = client.execute_command("SENTINEL", "get-master-addr-by-name", MASTER)
+        except redis.RedisError:
+            continue
+        if address:
+            return address[0].decode()
+    return None
+
+
+def wait_ready(timeout: float = 180.0) -> None:
+    """A PostgreSQL leader with a synchronous standby, the application's database, a Redis primary
+    known to the sentinels."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pg_leader() and pg_sync_standby() and redis_primary():
+            break
+        time.sleep(1)
+    else:
+        raise SystemExit(f"lab not ready after {timeout:.0f} s: {json.dumps(pg_cluster())}; redis {redis_primary()}")
+    import psycopg
+
+    leader = pg_leader()
+    url = f"postgres://postgres:{PG_PASSWORD}@{leader.address}:{PG_PORT}/postgres"
+    with psycopg.connect(url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+
+
+def up() -> None:
+    if (RUN_DIR / "supervisord.pid").exists():
+        raise SystemExit(f"the lab runs already ({RUN_DIR}); `python -m exchange.stack.lab down` first")
+    net.up()
+    write_files()
+    supervisor().start()
+    wait_ready()
+
+
+def rpc():
+    return supervisor().rpc()
+
+
+def down() -> None:
+    pid_file = RUN_DIR / "supervisord.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text().strip())
+        try:
+            os.kill(pid, 15)
+            for _ in range(600):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+        except ProcessLookupError:
+            pass
+    net.down()
+    shutil.rmtree(LAB_DIR, ignore_errors=True)
+
+
+def status() -> dict:
+    return {
+        "postgresql": [
+            {k: m.get(k) for k in ("name", "host", "role", "state", "lag")} for m in pg_cluster().get("members", [])
+        ],
+        "redis_primary": redis_primary(),
+    }
+
+
+def log_path() -> Path:
+    return RUN_DIR / "lab.log"

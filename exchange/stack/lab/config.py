@@ -1,0 +1,146 @@
+"""What each lab host runs: the command lines and configuration files (written at every `up`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from exchange.stack.lab.topology import (
+    DB_HOSTS,
+    ETCD_CLIENT_PORT,
+    ETCD_PEER_PORT,
+    MASTER,
+    PATRONI_PORT,
+    PG_BIN,
+    PG_PASSWORD,
+    PG_PORT,
+    REDIS_HOSTS,
+    REDIS_PORT,
+    SCOPE,
+    SENTINEL_PORT,
+    Host,
+)
+
+# Patroni's timing (ttl >= loop_wait + 2 * retry_timeout): a leader that stops renewing its key is
+# replaced after at most `ttl` seconds.
+TTL = 10
+LOOP_WAIT = 1
+RETRY_TIMEOUT = 4
+# Sentinel: a primary that does not answer for this long is down; a quorum of 2 of 3 fails it over.
+SENTINEL_DOWN_MS = 2000
+SENTINEL_QUORUM = 2
+
+
+def etcd_args(host: Host) -> list[str]:
+    cluster = ",".join(f"e{h.name}=http://{h.address}:{ETCD_PEER_PORT}" for h in DB_HOSTS)
+    return [
+        shutil.which("etcd") or "/usr/bin/etcd",
+        "--name",
+        f"e{host.name}",
+        "--data-dir",
+        str(host.dir / "etcd"),
+        "--listen-client-urls",
+        f"http://{host.address}:{ETCD_CLIENT_PORT},http://127.0.0.1:{ETCD_CLIENT_PORT}",
+        "--advertise-client-urls",
+        f"http://{host.address}:{ETCD_CLIENT_PORT}",
+        "--listen-peer-urls",
+        f"http://{host.address}:{ETCD_PEER_PORT}",
+        "--initial-advertise-peer-urls",
+        f"http://{host.address}:{ETCD_PEER_PORT}",
+        "--initial-cluster",
+        cluster,
+        "--initial-cluster-token",
+        SCOPE,
+        "--initial-cluster-state",
+        "new",
+        "--log-level",
+        "warn",
+    ]
+
+
+def patroni_yml(host: Host) -> str:
+    """Patroni 3.0 (Debian bookworm) on etcd's v3 API; JSON is YAML, and needs no YAML writer."""
+    conf = {
+        "scope": SCOPE,
+        "name": host.name,
+        "log": {"level": "WARNING"},
+        "restapi": {"listen": f"{host.address}:{PATRONI_PORT}", "connect_address": f"{host.address}:{PATRONI_PORT}"},
+        "etcd3": {"hosts": [f"{h.address}:{ETCD_CLIENT_PORT}" for h in DB_HOSTS]},
+        "bootstrap": {
+            "dcs": {
+                "ttl": TTL,
+                "loop_wait": LOOP_WAIT,
+                "retry_timeout": RETRY_TIMEOUT,
+                "maximum_lag_on_failover": 1024 * 1024,
+                # A commit is acknowledged once a second node has it (synchronous_standby_names
+                # set by Patroni); only that node may be promoted.
+                "synchronous_mode": True,
+                "postgresql": {
+                    "use_pg_rewind": True,
+                    "parameters": {
+                        "max_connections": 300,
+                        "wal_level": "replica",
+                        "hot_standby": "on",
+                        "wal_log_hints": "on",
+                        "max_wal_senders": 10,
+                        "max_replication_slots": 10,
+                    },
+                },
+            },
+            "initdb": [{"encoding": "UTF8"}, {"locale": "C.UTF-8"}, "data-checksums"],
+            "pg_hba": [
+                "local all all trust",
+                "host replication replicator 10.77.0.0/24 md5",
+                "host all all 10.77.0.0/24 md5",
+                "host all all 127.0.0.1/32 md5",
+            ],
+        },
+        "postgresql": {
+            "listen": f"{host.address},127.0.0.1:{PG_PORT}",
+            "connect_address": f"{host.address}:{PG_PORT}",
+            "data_dir": str(host.dir / "data"),
+            "bin_dir": str(PG_BIN),
+            "pgpass": str(host.dir / "pgpass"),
+            "authentication": {
+                "superuser": {"username": "postgres", "password": PG_PASSWORD},
+                "replication": {"username": "replicator", "password": PG_PASSWORD},
+            },
+            "parameters": {"unix_socket_directories": str(host.dir)},
+        },
+    }
+    return json.dumps(conf, indent=2) + "\n"
+
+
+def redis_conf(host: Host) -> str:
+    lines = [
+        f"bind {host.address} 127.0.0.1",
+        f"port {REDIS_PORT}",
+        "protected-mode no",
+        f"dir {host.dir}",
+        'save ""',
+        "appendonly no",
+        "replica-read-only yes",
+    ]
+    if host != REDIS_HOSTS[0]:
+        lines.append(f"replicaof {REDIS_HOSTS[0].address} {REDIS_PORT}")
+    return "\n".join(lines) + "\n"
+
+
+def sentinel_conf(host: Host) -> str:
+    """Sentinel rewrites its own file (what it learnt): written anew at every `up`."""
+    return (
+        "\n".join(
+            [
+                f"bind {host.address} 127.0.0.1",
+                f"port {SENTINEL_PORT}",
+                "protected-mode no",
+                f"dir {host.dir}",
+                f"sentinel announce-ip {host.address}",
+                f"sentinel monitor {MASTER} {REDIS_HOSTS[0].address} {REDIS_PORT} {SENTINEL_QUORUM}",
+                f"sentinel down-after-milliseconds {MASTER} {SENTINEL_DOWN_MS}",
+                f"sentinel failover-timeout {MASTER} 10000",
+                f"sentinel parallel-syncs {MASTER} 1",
+            ]
+        )
+        + "\n"
+    )

@@ -1,0 +1,66 @@
+"""The lab's hosts and addresses (10.77.0.0/24 is the lab's own; nothing else routes to it)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+BRIDGE = "xlab0"
+GATEWAY = "10.77.0.1"  # the bridge's address: the application, in the machine's own namespace
+PREFIX = 24
+SCOPE = "exchange-lab"  # Patroni's cluster name
+MASTER = "mymaster"  # Sentinel's name for the Redis primary
+PG_PORT = 5432
+PATRONI_PORT = 8008
+ETCD_CLIENT_PORT = 2379
+ETCD_PEER_PORT = 2380
+REDIS_PORT = 6379
+SENTINEL_PORT = 26379
+PG_PASSWORD = "lab"  # noqa: S105 - a throwaway lab on an address range of its own
+DATABASE = "exchange"
+PG_BIN = Path(os.environ.get("LAB_PG_BIN", "/usr/lib/postgresql/15/bin"))
+LAB_DIR = Path(os.environ.get("LAB_DIR", "/tmp/exchange-lab"))  # noqa: S108 - root's lab, user postgres must reach it
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    address: str
+
+    @property
+    def netns(self) -> str:
+        return f"xlab-{self.name}"
+
+    @property
+    def veth(self) -> str:
+        return f"vx-{self.name}"  # the root namespace's end (at most 15 characters)
+
+    @property
+    def dir(self) -> Path:
+        return LAB_DIR / self.name
+
+
+DB_HOSTS = [Host(f"db{i}", f"10.77.0.1{i}") for i in (1, 2, 3)]
+REDIS_HOSTS = [Host(f"redis{i}", f"10.77.0.2{i}") for i in (1, 2, 3)]
+HOSTS = DB_HOSTS + REDIS_HOSTS
+
+
+def database_url() -> str:
+    """libpq's multi-host form: psycopg tries each and keeps the one that accepts writes."""
+    hosts = ",".join(f"{h.address}:{PG_PORT}" for h in DB_HOSTS)
+    return f"postgres://postgres:{PG_PASSWORD}@{hosts}/{DATABASE}?target_session_attrs=read-write&connect_timeout=2"
+
+
+def sentinels() -> str:
+    return ",".join(f"{h.address}:{SENTINEL_PORT}" for h in REDIS_HOSTS)
+
+
+def app_env(redis_db: int = 0) -> dict[str, str]:
+    """What the application needs to find the lab's primaries by itself."""
+    return {
+        "DATABASE_URL": database_url(),
+        "REDIS_SENTINELS": sentinels(),
+        "REDIS_SENTINEL_MASTER": MASTER,
+        "REDIS_URL": f"redis://{MASTER}/{redis_db}",
+    }
