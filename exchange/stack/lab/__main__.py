@@ -12,14 +12,14 @@ def main(argv: list[str]) -> int:
     command = argv[0] if argv else "status"
     if command == "up":
         cluster.up()
-        print(json.dumps(cluster.status(), indent=2))
+        sys.stdout.write(json.dumps(cluster.status(), indent=2) + "\n")
     elif command == "down":
         cluster.down()
     elif command == "status":
-        print(json.dumps(cluster.status(), indent=2))
+        sys.stdout.write(json.dumps(cluster.status(), indent=2) + "\n")
     elif command == "env":
         for key, value in topology.app_env().items():
-            print(f"{key}={value}")
+            sys.stdout.write(f"{key}={value}\n")
     elif command == "fault":
         from exchange.stack.lab import fault
 

@@ -53,7 +53,7 @@ class LabSupervisor(Supervisor):
     """supervisord as the stack's, except that a lab program that dies stays dead: a killed host is
     down until the fault brings it back (`start(name)`), as a machine would be."""
 
-    def start(self, timeout: float = 120.0) -> None:  # noqa: ARG002 - the lab waits for its primaries itself
+    def start(self, timeout: float = 120.0) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         text = supervisord_conf(self.programs, self.run_dir).replace(
             "autorestart=true\nstartsecs=1", "autorestart=false\nstartsecs=1"
