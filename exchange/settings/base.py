@@ -203,10 +203,9 @@ else:
             # only when returned; with DB_HEALTH_CHECKS each borrow is checked first (one round trip).
             "reconnect_timeout": env.float("DB_POOL_RECONNECT_TIMEOUT", default=300.0),
         }
-        if env.bool("DB_HEALTH_CHECKS", default=False):
-            from psycopg_pool import ConnectionPool
-
-            pool["check"] = ConnectionPool.check_connection
+        # Django hands the pool its check itself (ConnectionPool.check_connection) when
+        # CONN_HEALTH_CHECKS is on; a "check" in the pool's options as well fails every connect.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_HEALTH_CHECKS", default=False)
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = pool
     else:
         DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)

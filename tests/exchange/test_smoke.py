@@ -59,6 +59,7 @@ def test_postgresql_connections_are_pooled_and_bounded_by_default():
     assert default["pool"]["max_size"] == 8
     assert default["pool"]["timeout"] == 5.0
     assert "check" not in default["pool"]
+    assert default["health"] is False
     sized = _database_settings(DB_POOL_MAX_SIZE="3", DB_POOL_MIN_SIZE="0", DB_POOL_TIMEOUT="0.5")
     assert (sized["pool"]["max_size"], sized["pool"]["min_size"], sized["pool"]["timeout"]) == (3, 0, 0.5)
 
@@ -69,8 +70,46 @@ def test_db_health_checks_come_from_the_environment(value, expected):
     without it (DB_POOL=false), Django's per-request connection check."""
     extra = {} if value is None else {"DB_HEALTH_CHECKS": value}
     pooled = _database_settings(**extra)
-    assert ("check" in pooled["pool"]) is expected
+    assert pooled["health"] is expected  # Django gives the pool its check (ConnectionPool.check_connection)
+    assert "check" not in pooled["pool"]
     classic = _database_settings(DB_POOL="false", **extra)
     assert classic["pool"] is None
     assert classic["health"] is expected
     assert classic["conn_max_age"] == 60
+
+
+@pytest.mark.django_db
+def test_a_pooled_connection_with_health_checks_opens_and_checks_each_borrow(settings):
+    """With the pool and DB_HEALTH_CHECKS on, a process connects, and its pool checks a connection
+    before lending it (a "check" of our own in the pool's options as well failed every connect with
+    `ConnectionPool() got multiple values for keyword argument 'check'`)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    db = settings.DATABASES["default"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "CONN_"))}
+    env.update(
+        DATABASE_URL=f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        DJANGO_SETTINGS_MODULE="exchange.settings.base",
+        DB_HEALTH_CHECKS="true",
+        DB_POOL_MIN_SIZE="0",
+    )
+    code = (
+        "import django; django.setup(); from django.db import connection; "
+        "from psycopg_pool import ConnectionPool; "
+        "cursor = connection.cursor(); cursor.execute('SELECT 41 + 1'); print(cursor.fetchone()[0]); "
+        "print(connection.pool._check is ConnectionPool.check_connection)"
+    )
+    done = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["42", "True"]
