@@ -42,6 +42,7 @@ from streams.hub import Listener, hub_for, read_accounts
 from streams.selectors import listen_key_owners
 from streams.services import STORE_ERRORS, STORE_OUTAGE
 from streams.store import OVER_KEY_CAP, Lease, connection_lease_seconds, store
+from streams.wire import Wire, text_frames
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ MAX_CONNECTIONS_PER_IP = 100
 MAX_MESSAGE_CHARS = 100_000  # a SUBSCRIBE of 1024 listenKeys takes about 66,000
 MESSAGES_PER_SECOND = 5.0
 MAX_PENDING_FRAMES = 2000
+MAX_LAG_SECONDS = 1.0
 # Frames a sender task writes before it lets the event loop's other work in.
 SEND_SLICE = 256
 # Messages refused for the rate without a quiet second between them, before the connection closes.
@@ -143,6 +145,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     lease: Lease | None = None  # counted in the caps while set
     listener: Listener | None = None  # registered with the hub while set
     closing = False
+    wire: Wire | None = None  # Daphne's socket, written directly (streams/wire.py); else the outbox
 
     async def __call__(self, scope, receive, send):
         """channels' AsyncConsumer.__call__ without a channel-layer receive of the connection's own:
@@ -162,6 +165,10 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
         self.tasks: list[asyncio.Task] = []
         self.outbox: deque[str] = deque()
+        # (when pushed, frames pushed by then) per push still (partly) in the outbox: its lag.
+        self.stamps: deque[tuple[float, int]] = deque()
+        self.pushed = 0
+        self.sent = 0
         self.wake = asyncio.Event()
         self.bucket = TokenBucket(_setting("STREAM_MESSAGES_PER_SECOND", MESSAGES_PER_SECOND))
         self.refusals = 0
@@ -188,6 +195,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         try:
             await self._add_keys({self.primary: account})
             await self.accept()
+            self.wire = Wire.of(self.base_send)
         except STORE_ERRORS:
             # Redis went away between the admission and joining the groups: refused cleanly (1011,
             # a 403 to the client), never an exception that Daphne answers with HTTP 500.
@@ -309,20 +317,55 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     # --- events: the hub's frames, through the outbox ------------------------------------------
 
     def _push(self, frames: list[str]) -> None:
-        """The hub hands over a posting's frames (it never waits for a connection)."""
+        """The hub hands over a posting's frames (it never waits for a connection). On Daphne they
+        are written to the socket at once, framed once for all connections (streams/wire.py);
+        otherwise they go to the outbox that the connection's sender task writes out."""
         if self.closing:
             return
-        if len(self.outbox) + len(frames) > _setting("STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES):
-            logger.warning(
-                "Closing a stream that fell %s frames behind (4006, too slow); its key %s…",
-                len(self.outbox),
-                self.primary[:12],
-            )
-            self.hub.drop_all(self.listener)  # nothing more for it; the others go on
-            self._spawn(self._shut(CLOSE_TOO_SLOW, flush=False))
+        wire = self.wire
+        if wire is not None:  # its lag is checked by the watcher (a system call: not per frame)
+            data = getattr(frames, "wire", None) or text_frames(frames)
+            wire.write(data, len(frames))  # False: closing; the close ends the connection
+            return
+        if self.check_lag(len(frames)):
             return
         self.outbox.extend(frames)
+        self.pushed += len(frames)
+        self.stamps.append((time.monotonic(), self.pushed))
         self.wake.set()
+
+    def lag(self) -> tuple[float, int]:
+        """(seconds the oldest frame not yet written has waited in this server, frames waiting)."""
+        if self.wire is not None:
+            return self.wire.lag()
+        stamps = self.stamps
+        while stamps and stamps[0][1] <= self.sent:
+            stamps.popleft()
+        if not stamps:
+            return 0.0, 0
+        return time.monotonic() - stamps[0][0], len(self.outbox)
+
+    def check_lag(self, coming: int = 0) -> bool:
+        """Close the connection (4006, too slow: reconnect and resync) when its oldest frame not yet
+        written has waited more than STREAM_MAX_LAG_SECONDS, or more than STREAM_MAX_PENDING_FRAMES
+        would wait with `coming` more: it is cut off rather than silently late, and nothing of it
+        slows the account's other connections or the process's other accounts. True: closed."""
+        if self.closing or self.listener is None or self.listener.gone:
+            return True
+        waited, waiting = self.lag()
+        max_lag = _setting("STREAM_MAX_LAG_SECONDS", MAX_LAG_SECONDS)
+        max_frames = _setting("STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES)
+        if waited <= max_lag and waiting + coming <= max_frames:
+            return False
+        logger.warning(
+            "Closing a stream %.1f s and %s frames behind (4006, too slow); its key %s…",
+            waited,
+            waiting,
+            self.primary[:12],
+        )
+        self.hub.drop_all(self.listener)  # nothing more for it; the others go on
+        self._spawn(self._shut(CLOSE_TOO_SLOW, flush=False))
+        return True
 
     async def _send_frames(self) -> None:
         while True:
@@ -333,6 +376,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
                 frame = self.outbox.popleft()
                 with contextlib.suppress(Exception):
                     await self._send_frame(frame)
+                self.sent += 1
                 sent += 1
                 if sent % SEND_SLICE == 0:
                     await asyncio.sleep(0)

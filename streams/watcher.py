@@ -43,6 +43,8 @@ class Watched(Protocol):
 
     async def key_dead(self, key: str) -> None: ...
 
+    def check_lag(self) -> bool: ...
+
 
 logger = logging.getLogger(__name__)
 # While Redis or the database is away these fail at every check: logged once, then every 10 s.
@@ -114,6 +116,7 @@ class KeyWatcher:
                 # A key deleted anywhere (revoked, closed): check now rather than at the next round,
                 # so a lost close message delays a revocation by this short interval only.
                 # One Redis GET: off the thread the connections' database work queues on.
+                self.check_lags()
                 seen = await sync_to_async(_deletions, thread_sensitive=False)()
                 moved = None not in (seen, deletions) and seen != deletions
                 deletions = seen
@@ -127,6 +130,15 @@ class KeyWatcher:
                 if hub.cancelling():  # a library turned our cancellation into another error
                     raise
                 CHECK_OUTAGE.failed(exc)
+
+    def check_lags(self) -> None:
+        """Between two of its frames too, a connection more than STREAM_MAX_LAG_SECONDS behind is
+        closed (4006): a client that stopped reading is found within this interval."""
+        for consumer in list(self.consumers):
+            try:
+                consumer.check_lag()
+            except Exception:
+                logger.exception("A stream's lag check failed")
 
     async def check(self) -> None:
         consumers = list(self.consumers)
