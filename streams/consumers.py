@@ -174,7 +174,9 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.refusals = 0
         self.refused_at = 0.0
         self.hub = hub_for(self.channel_layer)
-        self.listener = Listener(push=self._push, key_closed=self._key_closed, failed=self._failed)
+        self.listener = Listener(
+            push=self._push, key_closed=self._key_closed, failed=self._failed, too_slow=self._too_slow
+        )
         self.keys = self.listener.keys  # listenKey -> account, kept by the hub
         lease = Lease(connection=self.channel_name, key=self.primary, ip=scope_client_ip(self.scope))
         # Refusals come before the handshake completes (a client sees HTTP 403; the code is ours).
@@ -363,9 +365,14 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
             waiting,
             self.primary[:12],
         )
+        self._too_slow()
+        return True
+
+    def _too_slow(self) -> None:
+        if self.closing:
+            return
         self.hub.drop_all(self.listener)  # nothing more for it; the others go on
         self._spawn(self._shut(CLOSE_TOO_SLOW, flush=False))
-        return True
 
     async def _send_frames(self) -> None:
         while True:
