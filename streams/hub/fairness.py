@@ -3,11 +3,12 @@ behind (a message reaches it more than STREAM_MAX_LAG_SECONDS after the relay se
 than this process can write, while the channel layer queues the rest, every account's alike).
 
 The hub counts what each account's fan-out costs it (connection writes, over the last one to two
-seconds). Once behind for half that bound (not a backlog of one pause drained at once), it closes the connections here of the account that cost the most (4006: too
-slow, reconnect and resync, as for a connection that cannot keep up), at most once per
-STREAM_MAX_LAG_SECONDS: the queued messages of that account then cost nothing (nobody here listens),
-the hub catches up, and the other accounts' events are on time again. A connection's own lag is
-bounded in streams/consumers.py (`check_lag`)."""
+seconds). Once behind for half that bound (not a backlog of one pause drained at once), it closes
+the connections here of the account that cost the most (4006: too slow, reconnect and resync, as
+for a connection that cannot keep up), at most once per STREAM_MAX_LAG_SECONDS: the queued messages
+of that account then cost nothing (nobody here listens), the hub catches up, and the other
+accounts' events are on time again. A connection's own lag is bounded in streams/consumers.py
+(`check_lag`)."""
 
 from __future__ import annotations
 
