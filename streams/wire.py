@@ -107,9 +107,31 @@ class Wire:
     def write(self, data: bytes, count: int) -> bool:
         """Write `count` frames framed as `data` (False: the connection is no longer open)."""
         protocol = self.protocol
-        if protocol.state != protocol.STATE_OPEN or self.transport.disconnected or protocol.send_queue:
+        transport = self.transport
+        if protocol.state != protocol.STATE_OPEN or transport.disconnected or protocol.send_queue:
             return False  # closing (or autobahn queueing its own writes): nothing more goes out
-        self.transport.write(data)
+        if (
+            transport.connected
+            and not transport.disconnecting
+            and not transport._writeDisconnected
+            and not transport.TLS
+            and not transport._tempDataLen
+            and transport.offset == len(transport.dataBuffer)
+        ):
+            # Nothing waits in Twisted's buffer: send now, as asyncio's transports do, and leave
+            # only what the socket did not take to Twisted (which then waits for it to be writable).
+            # Twisted's own write would register for writability, send on the next loop turn and
+            # unregister: two epoll_ctl calls and its write path per connection and posting.
+            try:
+                sent = transport.socket.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                sent = 0  # Twisted's write meets the same error and closes the connection its way
+            if sent < len(data):
+                transport.write(data[sent:] if sent else data)
+        else:
+            transport.write(data)
         self.written += len(data)
         self.frames += count
         now = time.monotonic()

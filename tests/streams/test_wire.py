@@ -57,10 +57,24 @@ def test_the_internals_the_writes_rely_on_are_there():
     assert wire._pending_bytes(descriptor) == 3
 
 
+class FakeSocket:
+    def __init__(self, takes: int) -> None:
+        self.takes = takes  # bytes the kernel takes per send (0: its buffer is full)
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> int:
+        if not self.takes:
+            raise BlockingIOError
+        self.sent.append(data[: self.takes])
+        return len(self.sent[-1])
+
+
 class FakeTransport:
-    def __init__(self) -> None:
+    def __init__(self, takes: int = 0) -> None:
         self.dataBuffer, self.offset, self._tempDataLen = b"", 0, 0
-        self.disconnected = False
+        self.connected, self.disconnecting, self.disconnected, self._writeDisconnected = True, False, False, False
+        self.TLS = False
+        self.socket = FakeSocket(takes)
         self.written: list[bytes] = []
 
     def write(self, data: bytes) -> None:
@@ -77,10 +91,30 @@ class FakeTransport:
 class FakeProtocol:
     STATE_OPEN = 3
 
-    def __init__(self) -> None:
+    def __init__(self, takes: int = 0) -> None:
         self.state = 3
         self.send_queue: list = []
-        self.transport = FakeTransport()
+        self.transport = FakeTransport(takes)
+
+
+def test_frames_go_to_the_socket_at_once_and_only_the_rest_to_twisted():
+    """With nothing waiting in Twisted's buffer a write is sent at once; what the socket does not
+    take, and everything while something waits, goes to Twisted's buffer, in order."""
+    protocol = FakeProtocol(takes=3)
+    line = Wire(protocol)
+    assert line.write(b"abcdef", 1)
+    assert protocol.transport.socket.sent == [b"abc"]
+    assert protocol.transport.written == [b"def"]
+    assert line.write(b"gh", 1)  # "def" still waits: behind it
+    assert protocol.transport.socket.sent == [b"abc"]
+    assert protocol.transport.written == [b"def", b"gh"]
+    protocol.transport.flush(5)
+    assert line.write(b"ij", 1)
+    assert protocol.transport.socket.sent == [b"abc", b"ij"]
+    assert line.lag() == (0.0, 0)
+    protocol.transport.TLS = True  # never around a TLS layer
+    line.write(b"kl", 1)
+    assert protocol.transport.written[-1] == b"kl"
 
 
 def test_wire_of_knows_daphne_and_nothing_else():
