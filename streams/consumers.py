@@ -8,10 +8,12 @@ dropped from the connection. Daphne pings idle clients and drops those that do n
 (--ping-interval / --ping-timeout).
 
 Events come from the process's hub (hub/), which receives each account's messages once for all
-the process's connections, keeps their order and builds their frames; a connection keeps an outbox
-of frames that its own sender task writes out. A connection whose outbox holds more than
-STREAM_MAX_PENDING_FRAMES frames is closed (4006: too slow, reconnect and resync) rather than
-falling behind without bound, and the others on the account go on.
+the process's connections, keeps their order and builds their frames. On Daphne a connection writes
+them straight to its socket, framed once for all (wire.py); on another server it keeps an outbox of
+frames that its own sender task writes out. A connection whose oldest frame not yet taken by its
+client has waited more than STREAM_MAX_LAG_SECONDS, or with more than STREAM_MAX_PENDING_FRAMES
+frames waiting, is closed (4006: too slow, reconnect and resync) rather than falling behind without
+bound, and the others on the account go on (checked by the watcher, and at each push to an outbox).
 
 Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on one listenKey and
 STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
@@ -39,6 +41,7 @@ from exchange.api.errors import BadRequest, Disconnected, ListenKeyExpired, TooM
 from exchange.api.middleware import client_ip
 from streams import relay, watcher
 from streams.hub import Listener, hub_for, read_accounts
+from streams.hub.fairness import max_lag_seconds
 from streams.selectors import listen_key_owners
 from streams.services import STORE_ERRORS, STORE_OUTAGE
 from streams.store import OVER_KEY_CAP, Lease, connection_lease_seconds, store
@@ -61,7 +64,6 @@ MAX_CONNECTIONS_PER_IP = 100
 MAX_MESSAGE_CHARS = 100_000  # a SUBSCRIBE of 1024 listenKeys takes about 66,000
 MESSAGES_PER_SECOND = 5.0
 MAX_PENDING_FRAMES = 2000
-MAX_LAG_SECONDS = 1.0
 # Frames a sender task writes before it lets the event loop's other work in.
 SEND_SLICE = 256
 # Messages refused for the rate without a quiet second between them, before the connection closes.
@@ -316,7 +318,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     async def _error(self, request_id, code: int, msg: str) -> None:
         await self.send_json({"error": {"code": code, "msg": msg}, "id": request_id})
 
-    # --- events: the hub's frames, through the outbox ------------------------------------------
+    # --- events: the hub's frames, to the socket or through the outbox --------------------------
 
     def _push(self, frames: list[str]) -> None:
         """The hub hands over a posting's frames (it never waits for a connection). On Daphne they
@@ -355,7 +357,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         if self.closing or self.listener is None or self.listener.gone:
             return True
         waited, waiting = self.lag()
-        max_lag = _setting("STREAM_MAX_LAG_SECONDS", MAX_LAG_SECONDS)
+        max_lag = max_lag_seconds()
         max_frames = _setting("STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES)
         if waited <= max_lag and waiting + coming <= max_frames:
             return False

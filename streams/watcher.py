@@ -8,7 +8,9 @@ catches each up from the change feed once for all the process's connections: the
 messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
 that count the process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
 The deletion counter bounds a revocation whose close message the channel layer lost to about
-STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often.
+STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. At the same pace it
+asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS), in memory and
+one ioctl per connection, so that a client that stopped reading is cut off between frames too.
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.

@@ -28,8 +28,8 @@ def max_lag_seconds() -> float:
 
 
 class FairnessMixin:
-    """The Hub's fairness side; `cost`, `cost_before`, `cost_since`, `shed_at`, `sheds`, `behind_since` are set up in
-    Hub.__init__ (streams/hub/__init__.py)."""
+    """The Hub's fairness side; `cost`, `cost_before`, `cost_since`, `shed_at`, `sheds` and
+    `behind_since` are set up in Hub.__init__ (streams/hub/__init__.py)."""
 
     cost: dict[int, int]
     cost_before: dict[int, int]
