@@ -100,17 +100,15 @@ class Wire:
             return None
         return cls(protocol)
 
-    def open(self) -> bool:
-        protocol = self.protocol
-        return protocol.state == protocol.STATE_OPEN and not self.transport.disconnected
-
     def write(self, data: bytes, count: int) -> bool:
         """Write `count` frames framed as `data` (False: the connection is no longer open)."""
         protocol = self.protocol
         transport = self.transport
-        if protocol.state != protocol.STATE_OPEN or transport.disconnected or protocol.send_queue:
-            return False  # closing (or autobahn queueing its own writes): nothing more goes out
-        if (
+        if protocol.state != protocol.STATE_OPEN or transport.disconnected:
+            return False  # closing: nothing more goes out
+        if protocol.send_queue:
+            protocol.sendData(data)  # autobahn is queueing its own writes (chopped): behind them
+        elif (
             transport.connected
             and not transport.disconnecting
             and not transport._writeDisconnected

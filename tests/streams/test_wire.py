@@ -49,6 +49,7 @@ def test_the_internals_the_writes_rely_on_are_there():
     assert WebSocketProtocol.STATE_OPEN == 3
     assert "self._perMessageCompress = None" in inspect.getsource(WebSocketProtocol)
     assert "self.send_queue" in inspect.getsource(WebSocketProtocol)
+    assert "self.send_queue.append((data, sync))" in inspect.getsource(WebSocketProtocol.sendData)
     descriptor = abstract.FileDescriptor()
     assert (descriptor.dataBuffer, descriptor.offset, descriptor._tempDataLen) == (b"", 0, 0)
     descriptor.startWriting = lambda: None
@@ -115,6 +116,11 @@ def test_frames_go_to_the_socket_at_once_and_only_the_rest_to_twisted():
     protocol.transport.TLS = True  # never around a TLS layer
     line.write(b"kl", 1)
     assert protocol.transport.written[-1] == b"kl"
+    queued: list[bytes] = []
+    protocol.send_queue = [(b"autobahn's own", False)]  # autobahn queueing: behind its writes
+    protocol.sendData = queued.append
+    line.write(b"mn", 1)
+    assert queued == [b"mn"]
 
 
 def test_wire_of_knows_daphne_and_nothing_else():
