@@ -18,12 +18,27 @@ while the posters ran), p50/p99/max commit-to-receipt over every (client, postin
 out-of-order positions (must be 0), clients dropped, and the server's CPU (and the bench client's,
 which shares the machine: it parses only the positions) while the posters ran.
 
+Then, with the REST load running (issue 29's shape; BENCH_REST=0 skips it): the stack `make run`
+starts (nginx, granian, one Daphne, Celery), BENCH_REST_CLIENTS (32) signed clients moving USDT
+between the demo master and peer through nginx (every transfer touches the peer), plus
+BENCH_REST_EXTRA_RATE (200) deposits/s to the peer from two posting processes, for
+BENCH_REST_SECONDS (15); BENCH_REST_WEBSOCKETS (64, the per-key cap) websockets on the peer's listenKey held by a
+separate light client process (it reads raw frames and counts them: what one Daphne delivered, not
+what a Python websocket library can parse), and the demo sub-account (one websocket, in this
+process) receiving a deposit every 0.5 s. Printed: the frames/s delivered to the peer's websockets
+while the load ran and the frames offered (every posting touching the peer x 2 frames x
+websockets), connections closed (4006: too slow), positions missing on the connections left open,
+the sub-account's commit to receipt p50/p99 and events missing, transfers/s, and the CPU of each kind
+of process.
+
 Environment: BENCH_CONNECTIONS, BENCH_RATES, BENCH_POSTERS, BENCH_SECONDS, BENCH_DRAIN_SECONDS,
 BENCH_DB_NAME, BENCH_REDIS_DB (a database of its own: it is dropped and flushed), BENCH_SETTINGS
-(another DJANGO_SETTINGS_MODULE for the server and the posters, to try a change).
+(another DJANGO_SETTINGS_MODULE for the server and the posters, to try a change), BENCH_REST,
+BENCH_REST_CLIENTS, BENCH_REST_WEBSOCKETS, BENCH_REST_EXTRA_RATE, BENCH_REST_SECONDS, BENCH_REST_DB_NAME.
 The run is invalid (exit status 1) when an event was lost or duplicated or a client dropped.
 
-headline: p99 commit-to-receipt in ms with the most connections at the highest rate.
+headline: frames/s one Daphne delivered with the REST load running (BENCH_REST=0: p99
+commit-to-receipt in ms with the most connections at the highest rate).
 """
 
 import asyncio
@@ -42,11 +57,15 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from bench import _bench
+from bench import fullstack as fullstack_bench
+from bench._fanout_scripts import COUNTER, POSTER, SETUP
+from exchange.stack import client as stack_client
 from exchange.stack.layout import POOL_WS, ROOT
-from exchange.stack.make_run import stack_command
+from exchange.stack.make_run import make_run, stack_command
 from exchange.stack.ports import free_port
+from exchange.stack.services import demo_keys
 
-CONNECTIONS = [int(n) for n in os.environ.get("BENCH_CONNECTIONS", "1,5,50").split(",")]
+CONNECTIONS = [int(n) for n in os.environ.get("BENCH_CONNECTIONS", "1,5,50").split(",") if n]  # "": none
 RATES = [float(r) for r in os.environ.get("BENCH_RATES", "100,200").split(",")]
 POSTERS = int(os.environ.get("BENCH_POSTERS", "2"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
@@ -54,59 +73,14 @@ DRAIN_SECONDS = float(os.environ.get("BENCH_DRAIN_SECONDS", "10"))
 WARMUP_SECONDS = 1.0
 DB_NAME = os.environ.get("BENCH_DB_NAME", "exchange_bench_stream_fanout")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
-
-SETUP = """
-import json, sys
-import django
-django.setup()
-from accounts import services
-from streams.services import listen_key_start
-
-out = []
-for i in range(int(sys.argv[1])):
-    user = services.user_create(email=f"fanout-bench-{i}@bench.example", password=None)
-    out.append([user.pk, listen_key_start(account=user)])
-print(json.dumps(out))
-"""
-
-POSTER = """
-import json, sys, time
-from decimal import Decimal
-import django
-django.setup()
-from accounts import ledger
-from accounts.models import SystemRole
-from accounts.ledger.models import BalanceChange
-from streams import relay
-
-account = int(sys.argv[1])
-rate, seconds, warmup = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-tag, out_path = sys.argv[5], sys.argv[6]
-committed = []
-# First among the after-commit listeners: the clock right after COMMIT, before the relay publishes.
-ledger.after_commit_listeners.insert(0, lambda result: committed.append(time.time()))
-world = ledger.system_account_id(SystemRole.WORLD)
-amount = Decimal("0.001")
-sys.stdout.write("ready\\n")
-sys.stdout.flush()
-sys.stdin.readline()  # every poster and client is ready
-records = []
-start = time.time()
-end = start + warmup + seconds
-i = 0
-while time.time() < end:  # paced at `rate`; a poster that falls behind posts back to back
-    pause = start + i / rate - time.time()
-    if pause > 0:
-        time.sleep(pause)
-    result = ledger.post(legs=ledger.move(world, account, "BTC", amount), kind="CHAIN_DEPOSIT",
-                         reference=f"fanout-bench:{tag}:{i}")
-    after = next(b for b in result.balances if b.account_id == account)
-    records.append([after.seq, str(after.free), committed[-1], committed[-1] < start + warmup])
-    i += 1
-relay.drain(10)  # a worker stays alive: its relay publishes its last postings
-with open(out_path, "w") as f:
-    json.dump({"records": records, "started": start}, f)
-"""
+REST = os.environ.get("BENCH_REST", "1") != "0"
+REST_CLIENTS = int(os.environ.get("BENCH_REST_CLIENTS", "32"))
+# 64: the per-key cap, what one customer may open (the caps are lifted here for other values).
+REST_WEBSOCKETS = int(os.environ.get("BENCH_REST_WEBSOCKETS", "64"))
+REST_EXTRA_RATE = float(os.environ.get("BENCH_REST_EXTRA_RATE", "200"))
+REST_SECONDS = float(os.environ.get("BENCH_REST_SECONDS", "15"))
+REST_DB_NAME = os.environ.get("BENCH_REST_DB_NAME", "exchange_bench_stream_fanout_rest")
+TICK_SECONDS = 0.5
 
 
 def run_python(env: dict[str, str], code: str, *args: str) -> str:
@@ -253,6 +227,147 @@ async def run_case(env: dict[str, str], port: int, pid: int, account: int, key: 
     }
 
 
+async def start_poster(env: dict[str, str], account: int, rate: float, seconds: float, tag: str, out: Path):
+    poster = await asyncio.create_subprocess_exec(
+        _bench.PYTHON,
+        "-c",
+        POSTER,
+        str(account),
+        str(rate),
+        str(seconds),
+        "0",
+        tag,
+        str(out),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    if (await poster.stdout.readline()).strip() != b"ready":
+        _, err = await poster.communicate()
+        sys.exit(f"poster failed:\n{err.decode()[-3000:]}")
+    return poster
+
+
+def delivered_per_s(samples: list, start: float, end: float) -> float:
+    """Frames/s between the samples nearest `start` and `end` (wall clock)."""
+    first = min(samples, key=lambda sample: abs(sample[0] - start))
+    last = min(samples, key=lambda sample: abs(sample[0] - end))
+    return (last[1] - first[1]) / max(1e-9, last[0] - first[0])
+
+
+async def rest_phase(running, fullstack) -> float:
+    """The peer's websockets and the sub-account's while the REST load runs (see the docstring)."""
+    env, port, host = running.env, running.port, "127.0.0.1"
+    keys = demo_keys(env)
+    book = fullstack.Book(env["DATABASE_URL"])
+    ids = {role: book.user_id(keys[role]["email"]) for role in ("master", "peer", "sub")}
+    master = stack_client.Signer(keys["master"]["api_key"], keys["master"]["secret_key"])
+    peer = stack_client.Signer(keys["peer"]["api_key"], keys["peer"]["secret_key"])
+    sub = stack_client.Signer(keys["sub"]["api_key"], keys["sub"]["secret_key"])
+    peer_key, sub_key = await fullstack.listen_key(peer, port), await fullstack.listen_key(sub, port)
+    admin_url = env["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+    meter = fullstack.CpuMeter(running.pid, admin_url, env["DATABASE_URL"].rsplit("/", 1)[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        counted = Path(tmp) / "counter.json"
+        counter = await asyncio.create_subprocess_exec(
+            _bench.PYTHON,
+            "-c",
+            COUNTER,
+            host,
+            str(port),
+            f"/openapi/ws/{peer_key}",
+            str(REST_WEBSOCKETS),
+            str(counted),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        if (await counter.stdout.readline()).strip() != b"ready":
+            _, err = await counter.communicate()
+            sys.exit(f"websocket counter failed:\n{err.decode()[-3000:]}")
+        outs = [Path(tmp) / f"rest-poster{n}.json" for n in range(3)]
+        posters = [
+            await start_poster(env, ids["peer"], REST_EXTRA_RATE / 2, REST_SECONDS, f"rest:{n}", outs[n])
+            for n in range(2)
+        ]
+        posters.append(await start_poster(env, ids["sub"], 1 / TICK_SECONDS, REST_SECONDS, "rest:sub", outs[2]))
+        sub_ws = await connect(f"ws://{host}:{port}/openapi/ws/{sub_key}", compression=None, proxy=None)
+        sub_client = Client(sub_ws)
+        sub_task = asyncio.create_task(sub_client.listen())
+        await asyncio.sleep(0.5)
+        seq0 = book.seq(ids["peer"])
+        tally = stack_client.Tally()
+        until = time.monotonic() + REST_SECONDS
+
+        def params_to(email):
+            return lambda n: {"account": "USDT", "target_address": email, "amount": "0.01"}
+
+        loads = [
+            stack_client.signed_loop(
+                host,
+                port,
+                *(
+                    (master, params_to(keys["peer"]["email"]))
+                    if i % 2 == 0
+                    else (peer, params_to(keys["master"]["email"]))
+                ),
+                tally,
+                until,
+            )
+            for i in range(REST_CLIENTS)
+        ]
+        meter.start()
+        counter_cpu = cpu_seconds(counter.pid)
+        window_start = time.time()
+        for poster in posters:
+            poster.stdin.write(b"go\n")
+            await poster.stdin.drain()
+        await asyncio.gather(*loads)
+        window_end = time.time()
+        cpu = meter.stop()
+        counter_cpu = (cpu_seconds(counter.pid) - counter_cpu) / (window_end - window_start)
+        for poster in posters:
+            _, err = await poster.communicate()
+            if poster.returncode != 0:
+                sys.exit(f"poster failed:\n{err.decode()[-3000:]}")
+        seq1 = await fullstack.settle(book, ids["peer"])
+        await asyncio.sleep(2)
+        counter.stdin.write(b"stop\n")
+        await counter.stdin.drain()
+        await counter.communicate()
+        seen = json.loads(counted.read_text())
+        sub_records = json.loads(outs[2].read_text())["records"]
+    sub_task.cancel()
+    await sub_ws.close()
+    postings = book.postings_between(ids["peer"], seq0, seq1)
+    offered = postings * 2 * REST_WEBSOCKETS / (window_end - window_start)
+    delivered = delivered_per_s(seen["samples"], window_start, window_end)
+    closed = [code for code in seen["codes"] if code is not None]
+    open_positions = [n for n, code in zip(seen["positions"], seen["codes"], strict=True) if code is None]
+    missing = sum(max(0, postings - n) for n in open_positions)
+    lags = [
+        (sub_client.received[Decimal(free)] - at) * 1000
+        for _, free, at, _ in sub_records
+        if Decimal(free) in sub_client.received
+    ]
+    sub_missing = sum(1 for _, free, _, _ in sub_records if Decimal(free) not in sub_client.received)
+    ok = tally.statuses.get(200, 0)
+    print(f"rest_transfers_per_s: {ok / REST_SECONDS:.0f} ({tally.summary()})")
+    print(f"rest_peer_postings: {postings} ({postings / (window_end - window_start):.0f}/s)")
+    print(f"rest_frames_offered_per_s: {offered:.0f}")
+    print(f"rest_frames_delivered_per_s: {delivered:.0f}")
+    print(f"rest_websockets_closed: {len(closed)} (codes {sorted(set(closed))})")
+    print(f"rest_positions_missing_on_open_websockets: {missing}")
+    print(f"rest_other_account_events: {len(sub_records)}, missing {sub_missing}")
+    if lags:
+        print(f"rest_other_account_p50_ms: {percentile(lags, 0.50):.1f}")
+        print(f"rest_other_account_p99_ms: {percentile(lags, 0.99):.1f}")
+    print(f"rest_{cpu}, websocket counter {counter_cpu * 100:.0f}%")
+    return delivered
+
+
 def main() -> None:
     caps = {"STREAM_MAX_CONNECTIONS_PER_KEY": "1000", "STREAM_MAX_CONNECTIONS_PER_IP": "1000"}
     env = _bench.bench_env(DB_NAME, REDIS_DB, **caps)
@@ -289,6 +404,25 @@ def main() -> None:
             print(f"{name}: the posters' sequences have holes (another writer on the account?)")
         invalid |= bool(result["missing"] or result["duplicates"] or result["out_of_order"] or result["dropped"])
         headline = percentile(values, 0.99) if values else float("nan")
+    if REST:
+        rest_env = _bench.bench_env(
+            REST_DB_NAME,
+            REDIS_DB,
+            IP_WEIGHT_LIMIT_PER_MINUTE="1000000000",
+            UID_WEIGHT_LIMIT_PER_MINUTE="1000000000",
+            STREAM_MAX_CONNECTIONS_PER_KEY="1000",
+            STREAM_MAX_CONNECTIONS_PER_IP="1000",
+        )
+        rest_env.pop("RATE_LIMIT_STORAGE_URL", None)
+        if os.environ.get("BENCH_SETTINGS"):
+            rest_env["DJANGO_SETTINGS_MODULE"] = os.environ["BENCH_SETTINGS"]
+        fullstack = fullstack_bench
+        print(
+            f"with the REST load: make run's stack, {REST_CLIENTS} transfer clients, +{REST_EXTRA_RATE:.0f} "
+            f"deposits/s, {REST_WEBSOCKETS} websockets on the peer's listenKey, {REST_SECONDS:.0f} s"
+        )
+        with make_run(rest_env) as running:
+            headline = asyncio.run(rest_phase(running, fullstack))
     print(f"headline: {headline:.1f}")
     if invalid:
         sys.exit("events were lost, duplicated or reordered, or clients dropped; the figures are not valid")

@@ -8,10 +8,12 @@ dropped from the connection. Daphne pings idle clients and drops those that do n
 (--ping-interval / --ping-timeout).
 
 Events come from the process's hub (hub/), which receives each account's messages once for all
-the process's connections, keeps their order and builds their frames; a connection keeps an outbox
-of frames that its own sender task writes out. A connection whose outbox holds more than
-STREAM_MAX_PENDING_FRAMES frames is closed (4006: too slow, reconnect and resync) rather than
-falling behind without bound, and the others on the account go on.
+the process's connections, keeps their order and builds their frames. On Daphne a connection writes
+them straight to its socket, framed once for all (wire.py); on another server it keeps an outbox of
+frames that its own sender task writes out. A connection whose oldest frame not yet taken by its
+client has waited more than STREAM_MAX_LAG_SECONDS, or with more than STREAM_MAX_PENDING_FRAMES
+frames waiting, is closed (4006: too slow, reconnect and resync) rather than falling behind without
+bound, and the others on the account go on (checked by the watcher, and at each push to an outbox).
 
 Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on one listenKey and
 STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
@@ -39,9 +41,11 @@ from exchange.api.errors import BadRequest, Disconnected, ListenKeyExpired, TooM
 from exchange.api.middleware import client_ip
 from streams import relay, watcher
 from streams.hub import Listener, hub_for, read_accounts
+from streams.hub.fairness import max_lag_seconds
 from streams.selectors import listen_key_owners
 from streams.services import STORE_ERRORS, STORE_OUTAGE
 from streams.store import OVER_KEY_CAP, Lease, connection_lease_seconds, store
+from streams.wire import Wire, text_frames
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +147,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     lease: Lease | None = None  # counted in the caps while set
     listener: Listener | None = None  # registered with the hub while set
     closing = False
+    wire: Wire | None = None  # Daphne's socket, written directly (streams/wire.py); else the outbox
 
     async def __call__(self, scope, receive, send):
         """channels' AsyncConsumer.__call__ without a channel-layer receive of the connection's own:
@@ -162,12 +167,18 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
         self.tasks: list[asyncio.Task] = []
         self.outbox: deque[str] = deque()
+        # (when pushed, frames pushed by then) per push still (partly) in the outbox: its lag.
+        self.stamps: deque[tuple[float, int]] = deque()
+        self.pushed = 0
+        self.sent = 0
         self.wake = asyncio.Event()
         self.bucket = TokenBucket(_setting("STREAM_MESSAGES_PER_SECOND", MESSAGES_PER_SECOND))
         self.refusals = 0
         self.refused_at = 0.0
         self.hub = hub_for(self.channel_layer)
-        self.listener = Listener(push=self._push, key_closed=self._key_closed, failed=self._failed)
+        self.listener = Listener(
+            push=self._push, key_closed=self._key_closed, failed=self._failed, too_slow=self._too_slow
+        )
         self.keys = self.listener.keys  # listenKey -> account, kept by the hub
         lease = Lease(connection=self.channel_name, key=self.primary, ip=scope_client_ip(self.scope))
         # Refusals come before the handshake completes (a client sees HTTP 403; the code is ours).
@@ -188,6 +199,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         try:
             await self._add_keys({self.primary: account})
             await self.accept()
+            self.wire = Wire.of(self.base_send)
         except STORE_ERRORS:
             # Redis went away between the admission and joining the groups: refused cleanly (1011,
             # a 403 to the client), never an exception that Daphne answers with HTTP 500.
@@ -306,23 +318,63 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     async def _error(self, request_id, code: int, msg: str) -> None:
         await self.send_json({"error": {"code": code, "msg": msg}, "id": request_id})
 
-    # --- events: the hub's frames, through the outbox ------------------------------------------
+    # --- events: the hub's frames, to the socket or through the outbox --------------------------
 
     def _push(self, frames: list[str]) -> None:
-        """The hub hands over a posting's frames (it never waits for a connection)."""
+        """The hub hands over a posting's frames (it never waits for a connection). On Daphne they
+        are written to the socket at once, framed once for all connections (streams/wire.py);
+        otherwise they go to the outbox that the connection's sender task writes out."""
         if self.closing:
             return
-        if len(self.outbox) + len(frames) > _setting("STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES):
-            logger.warning(
-                "Closing a stream that fell %s frames behind (4006, too slow); its key %s…",
-                len(self.outbox),
-                self.primary[:12],
-            )
-            self.hub.drop_all(self.listener)  # nothing more for it; the others go on
-            self._spawn(self._shut(CLOSE_TOO_SLOW, flush=False))
+        wire = self.wire
+        if wire is not None:  # its lag is checked by the watcher (a system call: not per frame)
+            data = getattr(frames, "wire", None) or text_frames(frames)
+            wire.write(data, len(frames))  # False: closing; the close ends the connection
+            return
+        if self.check_lag(len(frames)):
             return
         self.outbox.extend(frames)
+        self.pushed += len(frames)
+        self.stamps.append((time.monotonic(), self.pushed))
         self.wake.set()
+
+    def lag(self) -> tuple[float, int]:
+        """(seconds the oldest frame not yet written has waited in this server, frames waiting)."""
+        if self.wire is not None:
+            return self.wire.lag()
+        stamps = self.stamps
+        while stamps and stamps[0][1] <= self.sent:
+            stamps.popleft()
+        if not stamps:
+            return 0.0, 0
+        return time.monotonic() - stamps[0][0], len(self.outbox)
+
+    def check_lag(self, coming: int = 0) -> bool:
+        """Close the connection (4006, too slow: reconnect and resync) when its oldest frame not yet
+        written has waited more than STREAM_MAX_LAG_SECONDS, or more than STREAM_MAX_PENDING_FRAMES
+        would wait with `coming` more: it is cut off rather than silently late, and nothing of it
+        slows the account's other connections or the process's other accounts. True: closed."""
+        if self.closing or self.listener is None or self.listener.gone:
+            return True
+        waited, waiting = self.lag()
+        max_lag = max_lag_seconds()
+        max_frames = _setting("STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES)
+        if waited <= max_lag and waiting + coming <= max_frames:
+            return False
+        logger.warning(
+            "Closing a stream %.1f s and %s frames behind (4006, too slow); its key %s…",
+            waited,
+            waiting,
+            self.primary[:12],
+        )
+        self._too_slow()
+        return True
+
+    def _too_slow(self) -> None:
+        if self.closing:
+            return
+        self.hub.drop_all(self.listener)  # nothing more for it; the others go on
+        self._spawn(self._shut(CLOSE_TOO_SLOW, flush=False))
 
     async def _send_frames(self) -> None:
         while True:
@@ -333,6 +385,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
                 frame = self.outbox.popleft()
                 with contextlib.suppress(Exception):
                     await self._send_frame(frame)
+                self.sent += 1
                 sent += 1
                 if sent % SEND_SLICE == 0:
                     await asyncio.sleep(0)

@@ -8,7 +8,9 @@ catches each up from the change feed once for all the process's connections: the
 messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
 that count the process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
 The deletion counter bounds a revocation whose close message the channel layer lost to about
-STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often.
+STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. At the same pace it
+asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS), in memory and
+one ioctl per connection, so that a client that stopped reading is cut off between frames too.
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.
@@ -42,6 +44,8 @@ class Watched(Protocol):
     lease: Lease | None
 
     async def key_dead(self, key: str) -> None: ...
+
+    def check_lag(self) -> bool: ...
 
 
 logger = logging.getLogger(__name__)
@@ -114,6 +118,7 @@ class KeyWatcher:
                 # A key deleted anywhere (revoked, closed): check now rather than at the next round,
                 # so a lost close message delays a revocation by this short interval only.
                 # One Redis GET: off the thread the connections' database work queues on.
+                self.check_lags()
                 seen = await sync_to_async(_deletions, thread_sensitive=False)()
                 moved = None not in (seen, deletions) and seen != deletions
                 deletions = seen
@@ -127,6 +132,15 @@ class KeyWatcher:
                 if hub.cancelling():  # a library turned our cancellation into another error
                     raise
                 CHECK_OUTAGE.failed(exc)
+
+    def check_lags(self) -> None:
+        """Between two of its frames too, a connection more than STREAM_MAX_LAG_SECONDS behind is
+        closed (4006): a client that stopped reading is found within this interval."""
+        for consumer in list(self.consumers):
+            try:
+                consumer.check_lag()
+            except Exception:
+                logger.exception("A stream's lag check failed")
 
     async def check(self) -> None:
         consumers = list(self.consumers)

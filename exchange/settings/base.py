@@ -73,6 +73,10 @@ STREAM_GAP_WAIT_SECONDS = env.float("STREAM_GAP_WAIT_SECONDS", default=0.2)
 # Frames waiting to be sent to one connection; a connection that falls this far behind is closed
 # (4006) so that it reconnects and resyncs instead of lagging without bound.
 STREAM_MAX_PENDING_FRAMES = env.int("STREAM_MAX_PENDING_FRAMES", default=2000)
+# How long a frame may wait in the server (not yet handed to the socket) before its connection is
+# closed (4006): a connection that cannot keep up is cut off, never silently seconds late, and one
+# account's fan-out cannot hold the process's other accounts behind it (docs/streams.md, Delivery).
+STREAM_MAX_LAG_SECONDS = env.float("STREAM_MAX_LAG_SECONDS", default=1.0)
 # How long a process may use its cached copy of an account's API keys when the Redis invalidation
 # message is lost (accounts/keyring.py); changes made through the ORM evict at once.
 API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)

@@ -30,7 +30,8 @@ The hub is one class put together from one module per concern:
 - ordering.py: per-account order (`Feed`), gap wait and gap fill;
 - frames.py: a posting's frames, built once per view;
 - accounts.py: what the hub knows of accounts and who listens to them;
-- listeners.py: the listener registry and the delivery to connections.
+- listeners.py: the listener registry and the delivery to connections;
+- fairness.py: behind, it closes the connections of the account whose fan-out costs the most.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import weakref
 
 from streams.hub.accounts import INFO_SECONDS, AccountInfo, AccountsMixin, Read, read_accounts
 from streams.hub.channel import ChannelMixin, cancelling
+from streams.hub.fairness import FairnessMixin
 from streams.hub.frames import Posting, postings_of
 from streams.hub.listeners import Listener, ListenersMixin
 from streams.hub.ordering import Feed, OrderingMixin
@@ -61,7 +63,7 @@ __all__ = [
 ]
 
 
-class Hub(ListenersMixin, OrderingMixin, AccountsMixin, ChannelMixin):
+class Hub(ListenersMixin, OrderingMixin, AccountsMixin, FairnessMixin, ChannelMixin):
     def __init__(self, layer, loop: asyncio.AbstractEventLoop) -> None:
         self.layer = layer
         self.loop = loop
@@ -80,11 +82,17 @@ class Hub(ListenersMixin, OrderingMixin, AccountsMixin, ChannelMixin):
         self.refresher: asyncio.Task | None = None
         self.refreshed_at = time.monotonic()  # group memberships last renewed
         self.tasks: set[asyncio.Task] = set()
+        self.cost: dict[int, int] = {}  # account -> connection writes in this cost window
+        self.cost_before: dict[int, int] = {}  # ... in the window before
+        self.cost_since = time.monotonic()
+        self.shed_at = -1e9  # when an account's connections were last closed for the hub being behind
+        self.behind_since: float | None = None  # since when the messages arrive late
         # Counters (tests, diagnostics).
         self.messages = 0  # ledger messages received
         self.waits = 0  # times rows arrived ahead of a missing sequence and the hub waited for it
         self.fills = 0  # feed gap fills and catch-ups read from the database
         self.replays = 0  # connections started from the database (their start beyond the history)
+        self.sheds = 0  # times the hub was behind and closed the biggest fan-out's connections
 
     def maintain(self) -> None:
         """The watcher's periodic upkeep: rejoin the groups now and then, forget accounts nobody

@@ -7,6 +7,22 @@ import json
 import time
 
 from streams.events import build_events
+from streams.wire import text_frames
+
+
+class Frames(list):
+    """A posting's frames for one view: the JSON texts, and (`wire`, made on first use) the same
+    framed as websocket frames once for every connection that writes them to its socket."""
+
+    __slots__ = ("_wire",)
+
+    @property
+    def wire(self) -> bytes:
+        try:
+            return self._wire
+        except AttributeError:
+            self._wire = text_frames(self)
+            return self._wire
 
 
 class Posting:
@@ -21,13 +37,13 @@ class Posting:
         self.last = rows[-1]["seq"]
         self.at = time.monotonic()
         self.built_ms = int(time.time() * 1000)
-        self._frames: dict[str | None, list[str]] = {}
+        self._frames: dict[str | None, Frames] = {}
 
-    def frames(self, email: str | None) -> list[str]:
+    def frames(self, email: str | None) -> Frames:
         frames = self._frames.get(email)
         if frames is None:
             events = build_events(self.rows, email=email, now_ms=self.built_ms)
-            frames = self._frames[email] = [json.dumps(event) for event in events]
+            frames = self._frames[email] = Frames(json.dumps(event) for event in events)
         return frames
 
 

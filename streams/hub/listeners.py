@@ -36,6 +36,8 @@ class Listener:
     sent: dict[int, int] = field(default_factory=dict)  # account -> last sequence given (or start)
     held: dict[int, list[Posting]] = field(default_factory=dict)  # account -> while a replay is read
     gone: bool = False
+    # Told that its account's fan-out is cut off for the hub being behind (it closes 4006).
+    too_slow: Callable[[], None] = lambda: None
 
 
 class ListenersMixin:
@@ -159,11 +161,13 @@ class ListenersMixin:
         for posting in postings:
             feed.last = posting.last
             feed.remember(posting)
-        for listener in self._audience(feed.account):
+        audience = self._audience(feed.account)
+        for listener in audience:
             for posting in postings:
                 if listener.gone:
                     break
                 self._deliver(listener, feed, posting)
+        self._charge(feed.account, len(audience) * len(postings))
 
     def _audience(self, account: int) -> list[Listener]:
         listeners = list(self.own_listeners.get(account, ()))

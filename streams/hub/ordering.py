@@ -91,6 +91,7 @@ class OrderingMixin:
 
     def _on_changes(self, message: dict) -> None:
         self.messages += 1
+        self._check_behind(message)
         account = message["account"]
         feed = self.feeds.get(account)
         if feed is None:

@@ -62,7 +62,8 @@ def messages_for(rows_by_account: dict[int, list[dict]]) -> Messages:
     messages = []
     for account, rows in rows_by_account.items():
         email, groups = audiences.get(account, ("", [account]))
-        message = {"type": "ledger.changes", "account": account, "email": email, "rows": rows}
+        # "sent": a hub that receives it more than STREAM_MAX_LAG_SECONDS later is behind (hub/fairness.py).
+        message = {"type": "ledger.changes", "account": account, "email": email, "rows": rows, "sent": time.time()}
         messages.extend((account_group(group), message) for group in groups)
     return messages
 
