@@ -20,9 +20,14 @@ from typing import NamedTuple
 from exchange.stack import services
 from exchange.stack.layout import VENV_BIN
 from exchange.stack.ports import wait_for_port
-from exchange.stack.services import flush_redis, manage, services_env
+from exchange.stack.services import flush_redis, services_env
 
 PYTHON = sys.executable
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """`manage.py ARGS`'s output (a failure raises with its output)."""
+    return services.manage(env, *args).stdout
 
 
 def bench_env(db_name: str, redis_db: int, **extra: str) -> dict[str, str]:
