@@ -100,7 +100,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def daphne(port: int) -> list[str]:
-    """The websocket server exactly as `make run` starts it (exchange/stack.py), on `port`."""
+    """The websocket server exactly as `make run` starts it (exchange/stack), on `port`."""
     args = stack_command("ws")
     args[args.index("-p") + 1] = str(port)
     return args

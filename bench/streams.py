@@ -1,4 +1,4 @@
-"""User data stream on the stack exactly as `make run` starts it (exchange/stack.py: nginx in front of
+"""User data stream on the stack exactly as `make run` starts it (exchange/stack: nginx in front of
 granian and one Daphne, Celery worker and beat, PostgreSQL, Redis channel layer); websockets connect
 through nginx's one port, as clients do.
 

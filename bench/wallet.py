@@ -13,9 +13,9 @@ Rate limits are raised (IP_/UID_WEIGHT_LIMIT_PER_MINUTE); the default limit tier
    running, so the figure is the API alone. Each apply checks whitelist, amount, limits (from the
    journal), holds amount + fee through the ledger and enqueues the settlement task on Redis.
 2. settled_per_s: the queue those applies left behind is drained by ONE worker
-   (`celery -A exchange worker`, prefork, as in the full stack, exchange/stack.py); rate = (N - 1) / (last SUCCEEDED -
+   (`celery -A exchange worker`, prefork, as in the full stack, exchange/stack); rate = (N - 1) / (last SUCCEEDED -
    first SUCCEEDED), from the withdrawals' own timestamps, so worker start-up is not counted.
-   Measured with --concurrency 1 and with --concurrency 2 (the full stack's, exchange/stack.py), one apply round before
+   Measured with --concurrency 1 and with --concurrency 2 (the full stack's, exchange/stack), one apply round before
    each.
 
 Ends with the ledger check and: every withdrawal SUCCEEDED, one settle posting and one chain

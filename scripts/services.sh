@@ -21,7 +21,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# nginx: the full stack's front (exchange/stack.py; the fault tests start that stack). Installed, not
+# nginx: the full stack's front (exchange/stack; the fault tests start that stack). Installed, not
 # started: a policy-rc.d keeps the package from starting its own server on port 80.
 if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   echo "Installing nginx-light from Debian packages" >&2

@@ -38,7 +38,7 @@ RATE_LIMIT_BAN_MIN_SECONDS = env.int("RATE_LIMIT_BAN_MIN_SECONDS", default=120)
 RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 24 * 3600)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
 LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
-# Request size (docs/api.md, "Request size"; nginx in exchange/stack.py refuses the same earlier): a
+# Request size (docs/api.md, "Request size"; nginx in exchange/stack refuses the same earlier): a
 # signed /openapi/ request's body and query string; Django's own bound on any body it reads (the
 # admin's forms included) and on the fields of a form it parses.
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=16 * 1024)

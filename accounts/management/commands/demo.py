@@ -25,7 +25,7 @@ class Command(BaseCommand):
             "--customers",
             type=int,
             default=0,
-            help="Also K simulation customers (a master with a virtual sub-account each; scripts/simulate.py).",
+            help="Also K simulation customers (a master with a virtual sub-account each; exchange/stack/simulation).",
         )
 
     def handle(self, *args, **options):

@@ -1,5 +1,5 @@
 """Faults under load against the full stack (issue 16, item 4): the stack `make run` starts
-(exchange/stack.py: nginx in front of granian and Daphne, a Celery worker and beat) on a PRIVATE
+(exchange/stack: nginx in front of granian and Daphne, a Celery worker and beat) on a PRIVATE
 PostgreSQL cluster and a PRIVATE Redis, driven through nginx's one port while Redis is restarted,
 PostgreSQL is restarted and the Celery worker is SIGKILLed (its pool children, and once the whole
 worker), one after the other in a seeded order.
