@@ -222,8 +222,9 @@ def window(run: LabRun, fault: Fault) -> list[str]:
     last = max(failed, key=lambda a: a.ended)
     back = next((a for a in writes if a.started >= last.ended and a.status == 200), None)
     fault.window = (back.started - fault.start) if back else None
+    first = min(a.ended for a in failed)
     lines.append(
-        f"writes refused from +{failed[0].ended - fault.start:.1f} s to +{last.ended - fault.start:.1f} s; "
+        f"writes refused from +{first - fault.start:.1f} s to +{last.ended - fault.start:.1f} s; "
         + (f"accepted again at +{fault.window:.1f} s after the fault" if back else "NOT accepted again within the run")
     )
     return lines
