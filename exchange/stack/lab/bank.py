@@ -334,3 +334,18 @@ def run_fault(name: str, inject: Inject, *, before: float, after: float, out) ->
     ok = all(c.ok for c in checks)
     run.say(("PASS " if ok else "FAIL ") + name)
     return ok
+
+
+def main(argv: list[str]) -> int:
+    """`python -m exchange.stack.lab fault [NAME] [--before S] [--after S]` (default pg-kill)."""
+    import argparse
+    import sys
+
+    from exchange.stack.lab.faults import FAULTS
+
+    parser = argparse.ArgumentParser(prog="python -m exchange.stack.lab fault")
+    parser.add_argument("name", nargs="?", default="pg-kill", choices=sorted(FAULTS))
+    parser.add_argument("--before", type=float, default=10.0, help="seconds of load before the fault")
+    parser.add_argument("--after", type=float, default=40.0, help="seconds of load after it")
+    args = parser.parse_args(argv)
+    return 0 if run_fault(args.name, FAULTS[args.name], before=args.before, after=args.after, out=sys.stdout) else 1

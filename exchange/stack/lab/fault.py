@@ -1,17 +1,13 @@
-"""The lab's fault runs: `python -m exchange.stack.lab fault [NAME] [--before S] [--after S]`, NAME one of
-faults.py's (default pg-kill, step one's SIGKILL of the PostgreSQL primary), each under bank.py's load
-and ended with its bank check; and the helpers the faults share (an empty application database,
-the primary's processes).
+"""What the lab's fault runs share (`python -m exchange.stack.lab fault [NAME]`, faults.py under
+bank.py's load and bank check): an empty application database, the primary's processes and their kill.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import psycopg
@@ -64,19 +60,3 @@ def kill_primary(host: topology.Host) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return len(pids)
-
-
-def main(argv: list[str]) -> int:
-    from exchange.stack.lab.bank import run_fault
-    from exchange.stack.lab.faults import FAULTS
-
-    parser = argparse.ArgumentParser(prog="python -m exchange.stack.lab fault")
-    parser.add_argument("name", nargs="?", default="pg-kill", choices=sorted(FAULTS))
-    parser.add_argument("--before", type=float, default=10.0, help="seconds of load before the fault")
-    parser.add_argument("--after", type=float, default=40.0, help="seconds of load after it")
-    args = parser.parse_args(argv)
-    return 0 if run_fault(args.name, FAULTS[args.name], before=args.before, after=args.after, out=sys.stdout) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
