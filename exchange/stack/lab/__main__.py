@@ -21,9 +21,9 @@ def main(argv: list[str]) -> int:
         for key, value in topology.app_env().items():
             sys.stdout.write(f"{key}={value}\n")
     elif command == "fault":
-        from exchange.stack.lab import fault
+        from exchange.stack.lab import bank
 
-        return fault.main(argv[1:])
+        return bank.main(argv[1:])
     else:
         raise SystemExit(f"unknown command {command!r}: up, down, status, env, fault")
     return 0
