@@ -122,7 +122,8 @@ def app_env(base: dict[str, str]) -> dict[str, str]:
 
 
 def supervisor(env: dict[str, str], port: int, hosts: list[Host] = APP_HOSTS) -> AppSupervisor:
-    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    for host in hosts:
+        (RUN_DIR / host.name).mkdir(parents=True, exist_ok=True)
     (RUN_DIR / "haproxy.cfg").write_text(haproxy_cfg(port, hosts))
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     progs = [p for h in hosts for p in host_programs(h, env)]
