@@ -17,7 +17,7 @@ from exchange.stack.supervisor import supervisord_conf
 
 def test_haproxy_checks_both_backends_of_every_host_and_keeps_websockets_open():
     cfg = apphosts.haproxy_cfg(18000, APP_HOSTS)
-    assert cfg.count("option httpchk GET /openapi/v1/ping") == 2
+    assert cfg.count("http-check send meth GET uri /openapi/v1/ping") == 2
     for host in APP_HOSTS:
         assert f"server {host.name} {host.address}:{APP_REST_PORT} check" in cfg
         assert f"server {host.name} {host.address}:{APP_WS_PORT} check" in cfg

@@ -98,13 +98,15 @@ frontend front
 
 backend rest
     balance roundrobin
-    option httpchk GET /openapi/v1/ping
+    option httpchk
+    http-check send meth GET uri /openapi/v1/ping ver HTTP/1.1 hdr Host 127.0.0.1
     http-check expect status 200
 {rest}
 
 backend ws
     balance roundrobin
-    option httpchk GET /openapi/v1/ping
+    option httpchk
+    http-check send meth GET uri /openapi/v1/ping ver HTTP/1.1 hdr Host 127.0.0.1
     http-check expect status 200
 {ws}
 """
@@ -118,7 +120,15 @@ class AppSupervisor(LabSupervisor):
 
 
 def app_env(base: dict[str, str]) -> dict[str, str]:
-    return base | {"TRUSTED_PROXIES": GATEWAY, "SIM_CHAIN_BLOCK_SECONDS": base.get("SIM_CHAIN_BLOCK_SECONDS", "1")}
+    """The hosts' environment: HAProxy (the bridge's address) trusted for X-Forwarded-For; the hosts'
+    own addresses allowed as Host (HAProxy's checks and the direct pings); the simulated chain's
+    block every second (the beat's takeover is timed by it)."""
+    hosts = ",".join(["127.0.0.1", "localhost", GATEWAY, *(h.address for h in APP_HOSTS)])
+    return base | {
+        "TRUSTED_PROXIES": GATEWAY,
+        "ALLOWED_HOSTS": hosts,
+        "SIM_CHAIN_BLOCK_SECONDS": base.get("SIM_CHAIN_BLOCK_SECONDS", "1"),
+    }
 
 
 def supervisor(env: dict[str, str], port: int, hosts: list[Host] = APP_HOSTS) -> AppSupervisor:

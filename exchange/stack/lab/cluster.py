@@ -170,7 +170,13 @@ def rpc():
 
 
 def down() -> None:
-    pid_file = RUN_DIR / "supervisord.pid"
+    for pid_file in (LAB_DIR / "apps" / "supervisord.pid", RUN_DIR / "supervisord.pid"):  # the app hosts' first
+        _stop(pid_file)
+    net.down()
+    shutil.rmtree(LAB_DIR, ignore_errors=True)
+
+
+def _stop(pid_file: Path) -> None:
     if pid_file.exists():
         pid = int(pid_file.read_text().strip())
         try:
@@ -180,8 +186,6 @@ def down() -> None:
                 time.sleep(0.1)
         except ProcessLookupError:
             pass
-    net.down()
-    shutil.rmtree(LAB_DIR, ignore_errors=True)
 
 
 def status() -> dict:
