@@ -68,7 +68,7 @@ def haproxy_cfg(port: int, hosts: list[Host]) -> str:
     run = RUN_DIR
     return f"""# Written by exchange/stack/lab/apphosts.py at every start.
 global
-    maxconn 20000
+    maxconn 8000  # two descriptors a connection: within the lab's open-file limit (20000)
     pidfile {run}/haproxy.pid
     stats socket {run}/haproxy.sock mode 600 level admin
     log stderr format short local0 warning
