@@ -2,7 +2,7 @@
 (exchange/stack/lab/apphosts.py), app1 holding RedBeat's lock; signed transfers from peer to master,
 websockets on master's listenKey through HAProxy; SIGKILL to every process of app1. The figures:
 seconds until the other host's beat runs a periodic task (the simulated chain's block, every second:
-the block height in the database counts the runs, so a period run twice shows), the websockets of
+RedBeat's run count of the entry in Redis, so a period run twice shows), the websockets of
 app1 reconnected through HAProxy and resynced (REST balance, then the stream: every event once, in
 order: each position is the last one plus the 0.01 received), every 200 once in the database,
 `ledger_check`. Then transfers/s with both hosts and with one.
@@ -83,30 +83,29 @@ def fresh() -> None:
 
 
 class Heights:
-    """The simulated chain's block height, read every 0.1 s: each change is a run of the beat's
-    `sim-chain-blocks` task (a run adds one block; a height that moves by 2 between reads, or two
-    changes within half a period, is a period run twice)."""
+    """The beat's runs of `sim-chain-blocks` (every second), read every 0.1 s from RedBeat's own record
+    of the entry in Redis (`total_run_count` in its meta, written by the beat that sends it): a count
+    that moves by 2 between reads, or two runs within half a period, is a period run twice."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.changes: list[tuple[float, int]] = []  # (monotonic, height)
+    KEY = "redbeat:sim-chain-blocks"
+
+    def __init__(self, redis_client) -> None:
+        self.redis = redis_client
+        self.changes: list[tuple[float, int]] = []  # (monotonic, runs)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        import redis
+
         last = None
-        conn = None
         while not self.stop.is_set():
-            try:
-                if conn is None:
-                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
-                row = conn.execute("SELECT COALESCE(SUM(height), 0) FROM wallet_simblockheight").fetchone()
-                height = int(row[0])
-                if height != last:
-                    self.changes.append((time.monotonic(), height))
-                    last = height
-            except psycopg.Error:
-                conn = None
+            with contextlib.suppress(redis.RedisError, ValueError, TypeError):
+                meta = self.redis.hget(self.KEY, "meta")
+                runs = int(json.loads(meta)["total_run_count"]) if meta else 0
+                if runs != last:
+                    self.changes.append((time.monotonic(), runs))
+                    last = runs
             time.sleep(0.1)
 
 
@@ -291,7 +290,7 @@ def main(argv: list[str]) -> int:
     sup = apphosts.supervisor(env, port)
     sup.start()
     ok = True
-    heights = Heights(env["DATABASE_URL"])
+    heights = Heights(redis_primary(REDIS_DB))
     try:
         apphosts.wait_ready(topology.APP_HOSTS, port)
         apphosts.start_beats(sup, redis_primary(REDIS_DB))
