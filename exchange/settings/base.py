@@ -355,6 +355,33 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": env.float("DASHBOARD_ROLLUP_SECONDS", default=60.0),
     },
 }
+# Where the beat keeps the schedule. Celery's default (a file of the beat's own) for one host; on
+# several app hosts (docs/scaling.md) every host runs a beat with CELERY_BEAT_SCHEDULER=
+# "redbeat.RedBeatScheduler" (celery-redbeat): the schedule lives in Redis and a beat sends tasks only
+# while it holds RedBeat's lock there; the others wait for it (polling every REDBEAT_POLL_SECONDS).
+# A dead holder stops extending the lock, which expires after REDBEAT_LOCK_TIMEOUT_SECONDS: the
+# takeover window is that plus at most one poll.
+CELERY_BEAT_SCHEDULER = env.str("CELERY_BEAT_SCHEDULER", default="celery.beat:PersistentScheduler")
+if "redbeat" in CELERY_BEAT_SCHEDULER.lower():
+    # The holder extends the lock at every tick: ticks at least this often keep it well inside its timeout.
+    CELERY_BEAT_MAX_LOOP_INTERVAL = env.float("REDBEAT_POLL_SECONDS", default=1.0)
+    CELERY_REDBEAT_LOCK_TIMEOUT = env.int("REDBEAT_LOCK_TIMEOUT_SECONDS", default=10)
+    CELERY_REDBEAT_KEY_PREFIX = "redbeat:"
+    if REDIS_SENTINELS:
+        # RedBeat's own Sentinel client (it does not read kombu's sentinel:// URL): the lock and the
+        # schedule on the primary the sentinels name.
+        CELERY_REDBEAT_REDIS_URL = "redis-sentinel://"
+        CELERY_REDBEAT_REDIS_OPTIONS = {
+            "sentinels": REDIS_SENTINELS,
+            "service_name": REDIS_SENTINEL_MASTER,
+            "db": _REDIS_DB,
+            "socket_timeout": 2.0,
+            "sentinel_kwargs": {"socket_timeout": 1.0, "socket_connect_timeout": 1.0},
+            "retry_period": 5,  # a Sentinel failover (docs/scaling.md: a few seconds) is retried, not fatal
+        }
+    else:
+        CELERY_REDBEAT_REDIS_URL = REDIS_URL
+        CELERY_REDBEAT_REDIS_OPTIONS: dict = {}
 # In the embedded default a thread of the server runs the schedule above (exchange/runtime/scheduler.py).
 EMBEDDED_SCHEDULER = env.bool("EMBEDDED_SCHEDULER", default=True)
 

@@ -50,6 +50,7 @@ class Layout:
     beat: bool = True
     rest_app: str = "exchange.wsgi:application"  # STACK_REST_APP: a diagnostic wrapper (bench/_phases.py)
     client_timeout: int = CLIENT_TIMEOUT_SECONDS  # STACK_CLIENT_TIMEOUT
+    bind: str = "127.0.0.1"  # STACK_BIND: REST's and Daphne's address (a lab app host's own, behind HAProxy)
 
     @classmethod
     def from_env(cls, env: dict[str, str], port: int | None = None, run_dir: Path | None = None) -> Layout:
@@ -68,6 +69,7 @@ class Layout:
             beat=env.get("STACK_BEAT", "true").lower() not in ("0", "false", "no", "off"),
             rest_app=env.get("STACK_REST_APP") or "exchange.wsgi:application",
             client_timeout=_int_env(env, "STACK_CLIENT_TIMEOUT", CLIENT_TIMEOUT_SECONDS),
+            bind=env.get("STACK_BIND") or "127.0.0.1",
         )
 
     @property

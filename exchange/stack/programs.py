@@ -27,7 +27,7 @@ def programs(layout: Layout, *, nginx: str | None = None) -> list[Program]:
             "--interface",
             "wsgi",
             "--host",
-            "127.0.0.1",
+            layout.bind,
             "--port",
             str(layout.rest_port),
             "--workers",
@@ -55,7 +55,7 @@ def programs(layout: Layout, *, nginx: str | None = None) -> list[Program]:
             [
                 str(bin_ / "daphne"),
                 "-b",
-                "127.0.0.1",
+                layout.bind,
                 "-p",
                 str(port),
                 "--ping-interval",

@@ -1,4 +1,4 @@
-"""`python -m exchange.stack.lab up|down|status|env|fault` (docs/scaling.md)."""
+"""`python -m exchange.stack.lab up|down|status|env|fault|hostfault` (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,12 @@ def main(argv: list[str]) -> int:
         from exchange.stack.lab import bank
 
         return bank.main(argv[1:])
+    elif command == "hostfault":
+        from exchange.stack.lab import hostfault
+
+        return hostfault.main(argv[1:])
     else:
-        raise SystemExit(f"unknown command {command!r}: up, down, status, env, fault")
+        raise SystemExit(f"unknown command {command!r}: up, down, status, env, fault, hostfault")
     return 0
 
 

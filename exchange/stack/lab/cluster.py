@@ -53,12 +53,15 @@ class LabSupervisor(Supervisor):
     """supervisord as the stack's, except that a lab program that dies stays dead: a killed host is
     down until the fault brings it back (`start(name)`), as a machine would be."""
 
+    def conf_text(self, text: str) -> str:
+        return text
+
     def start(self, timeout: float = 120.0) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         text = supervisord_conf(self.programs, self.run_dir).replace(
             "autorestart=true\nstartsecs=1", "autorestart=false\nstartsecs=1"
         )
-        self.conf.write_text(text)
+        self.conf.write_text(self.conf_text(text))
         out = (self.run_dir / "lab.log").open("ab")
         with out:
             self.proc = subprocess.Popen(  # noqa: S603 - supervisord on our own configuration
@@ -167,7 +170,13 @@ def rpc():
 
 
 def down() -> None:
-    pid_file = RUN_DIR / "supervisord.pid"
+    for pid_file in (LAB_DIR / "apps" / "supervisord.pid", RUN_DIR / "supervisord.pid"):  # the app hosts' first
+        _stop(pid_file)
+    net.down()
+    shutil.rmtree(LAB_DIR, ignore_errors=True)
+
+
+def _stop(pid_file: Path) -> None:
     if pid_file.exists():
         pid = int(pid_file.read_text().strip())
         try:
@@ -177,8 +186,6 @@ def down() -> None:
                 time.sleep(0.1)
         except ProcessLookupError:
             pass
-    net.down()
-    shutil.rmtree(LAB_DIR, ignore_errors=True)
 
 
 def status() -> dict:

@@ -43,7 +43,12 @@ class Host:
 
 DB_HOSTS = [Host(f"db{i}", f"10.77.0.1{i}") for i in (1, 2, 3)]
 REDIS_HOSTS = [Host(f"redis{i}", f"10.77.0.2{i}") for i in (1, 2, 3)]
-HOSTS = DB_HOSTS + REDIS_HOSTS
+# The application hosts (exchange/stack/lab/apphosts.py): granian, Daphne, a Celery worker and a
+# beat each, on these ports of their own address; HAProxy in the machine's namespace in front.
+APP_HOSTS = [Host(f"app{i}", f"10.77.0.3{i}") for i in (1, 2)]
+APP_REST_PORT = 8001
+APP_WS_PORT = 8002
+HOSTS = DB_HOSTS + REDIS_HOSTS + APP_HOSTS
 
 
 def database_url() -> str:

@@ -1,0 +1,198 @@
+"""The lab's application hosts (docs/scaling.md): app1 and app2, each in its own namespace, each
+running the stack's programs as `make run` does (granian REST, Daphne, a Celery worker, a beat), and
+HAProxy (Debian's `haproxy`) in the machine's namespace in front of them, checking each backend's
+GET /openapi/v1/ping every second. Every beat runs RedBeat (CELERY_BEAT_SCHEDULER): one holds the
+lock in Redis and sends the periodic tasks, the others wait for it. The beats start one after the
+other (`start_beats`), so the first host holds the lock.
+
+One supervisord (under LAB_DIR/apps, its own: the database and Redis hosts' supervisord is not
+touched) with `autorestart=false`, as the lab's: a killed host stays down (`kill_host`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from exchange.stack.lab import net
+from exchange.stack.lab.cluster import LabSupervisor
+from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT, GATEWAY, LAB_DIR, Host
+from exchange.stack.layout import Layout
+from exchange.stack.programs import Program, programs
+
+RUN_DIR = LAB_DIR / "apps"
+# RedBeat's lock (CELERY_REDBEAT_KEY_PREFIX + ":lock").
+BEAT_LOCK_KEY = "redbeat::lock"
+# HAProxy's health checks: every second, down after 2 failures, up again after 2 successes.
+CHECK = "inter 1s fall 2 rise 2"
+
+
+def host_layout(host: Host, env: dict[str, str]) -> Layout:
+    layout = Layout.from_env(env, port=APP_REST_PORT - 1, run_dir=RUN_DIR / host.name)
+    layout.bind = host.address
+    layout.rest_port, layout.ws_ports = APP_REST_PORT, [APP_WS_PORT]
+    layout.rest_workers = int(env.get("LAB_APP_REST_WORKERS", "1"))  # two hosts share 2 cores
+    layout.celery_concurrency = int(env.get("LAB_APP_CELERY_CONCURRENCY", "1"))
+    return layout
+
+
+def host_programs(host: Host, env: dict[str, str]) -> list[Program]:
+    """The stack's programs (less nginx: HAProxy fronts every host) inside `host`'s namespace, named
+    `<program>-<host>`; REST and Daphne on the host's address; the beat on RedBeat."""
+    layout = host_layout(host, env)
+    out = []
+    for program in programs(layout, nginx="nginx"):
+        if program.name == "nginx":
+            continue
+        own = dict(program.env)
+        if program.name == "beat":
+            own["CELERY_BEAT_SCHEDULER"] = "redbeat.RedBeatScheduler"
+        # The port is on the host's address, which supervisor.py's wait (127.0.0.1) cannot see: wait_ready.
+        out.append(Program(f"{program.name}-{host.name}", net.in_host(host, program.args), own))
+    return out
+
+
+def haproxy_cfg(port: int, hosts: list[Host]) -> str:
+    """Path routing as nginx's (/openapi/ws/ to Daphne, the rest to granian), X-Forwarded-For set to
+    the client's address (the hosts trust the bridge's, TRUSTED_PROXIES), a websocket tunnel kept for
+    an hour (Daphne pings every 20 s), and a request whose connection to a backend failed retried on
+    another (`redispatch`: it never reached the dead one, so nothing is done twice)."""
+    rest = "\n".join(f"    server {h.name} {h.address}:{APP_REST_PORT} check" for h in hosts)
+    ws = "\n".join(f"    server {h.name} {h.address}:{APP_WS_PORT} check" for h in hosts)
+    run = RUN_DIR
+    return f"""# Written by exchange/stack/lab/apphosts.py at every start.
+global
+    maxconn 8000  # two descriptors a connection: within the lab's open-file limit (20000)
+    pidfile {run}/haproxy.pid
+    stats socket {run}/haproxy.sock mode 600 level admin
+    log stderr format short local0 warning
+
+defaults
+    mode http
+    log global
+    option dontlognull
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout http-request 10s
+    timeout http-keep-alive 75s
+    timeout tunnel 1h
+    timeout client-fin 5s
+    option redispatch
+    retries 2
+    default-server {CHECK} on-marked-down shutdown-sessions
+
+frontend front
+    bind 127.0.0.1:{port}
+    bind {GATEWAY}:{port}
+    http-request set-header X-Forwarded-For %[src]
+    acl websocket path_beg /openapi/ws/
+    use_backend ws if websocket
+    default_backend rest
+
+backend rest
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /openapi/v1/ping ver HTTP/1.1 hdr Host 127.0.0.1
+    http-check expect status 200
+{rest}
+
+backend ws
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /openapi/v1/ping ver HTTP/1.1 hdr Host 127.0.0.1
+    http-check expect status 200
+{ws}
+"""
+
+
+class AppSupervisor(LabSupervisor):
+    """The lab's supervisord, with the beats not started at once (`start_beats` starts them in turn)."""
+
+    def conf_text(self, text: str) -> str:
+        return re.sub(r"(\[program:beat-[^\]]+\]\n(?:[^\[]*?))autostart=true", r"\1autostart=false", text)
+
+
+def app_env(base: dict[str, str]) -> dict[str, str]:
+    """The hosts' environment: HAProxy (the bridge's address) trusted for X-Forwarded-For; the hosts'
+    own addresses allowed as Host (HAProxy's checks and the direct pings); the simulated chain's
+    block every second (the beat's takeover is timed by it)."""
+    hosts = ",".join(["127.0.0.1", "localhost", GATEWAY, *(h.address for h in APP_HOSTS)])
+    return base | {
+        "TRUSTED_PROXIES": GATEWAY,
+        "ALLOWED_HOSTS": hosts,
+        "SIM_CHAIN_BLOCK_SECONDS": base.get("SIM_CHAIN_BLOCK_SECONDS", "1"),
+    }
+
+
+def supervisor(env: dict[str, str], port: int, hosts: list[Host] = APP_HOSTS) -> AppSupervisor:
+    for host in hosts:
+        (RUN_DIR / host.name).mkdir(parents=True, exist_ok=True)
+    (RUN_DIR / "haproxy.cfg").write_text(haproxy_cfg(port, hosts))
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    progs = [p for h in hosts for p in host_programs(h, env)]
+    progs.append(Program("haproxy", [haproxy, "-db", "-f", str(RUN_DIR / "haproxy.cfg")]))
+    return AppSupervisor(progs, env, RUN_DIR)
+
+
+def ping(address: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address}:{port}/openapi/v1/ping", timeout=timeout) as answer:
+            return answer.status == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def wait_ready(hosts: list[Host], port: int, timeout: float = 120.0) -> None:
+    """Every host's REST and Daphne answer, and HAProxy in front of them."""
+    deadline = time.monotonic() + timeout
+    for address, p in [*((h.address, q) for h in hosts for q in (APP_REST_PORT, APP_WS_PORT)), ("127.0.0.1", port)]:
+        while not ping(address, p):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"app hosts not ready after {timeout:.0f} s: {address}:{p} (log {RUN_DIR}/lab.log)")
+            time.sleep(0.5)
+
+
+def start_beats(sup: AppSupervisor, redis_client, hosts: list[Host] = APP_HOSTS, timeout: float = 60.0) -> None:
+    """The first host's beat, until it holds RedBeat's lock; then the others (they wait for it)."""
+    sup.rpc().startProcess(f"beat-{hosts[0].name}", True)
+    deadline = time.monotonic() + timeout
+    while not redis_client.exists(BEAT_LOCK_KEY):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"beat-{hosts[0].name} did not take RedBeat's lock in {timeout:.0f} s")
+        time.sleep(0.2)
+    for host in hosts[1:]:
+        sup.rpc().startProcess(f"beat-{host.name}", True)
+
+
+def host_pids(host: Host) -> list[int]:
+    listed = subprocess.run(  # noqa: S603 - our own arguments
+        ["ip", "netns", "pids", host.netns],  # noqa: S607 - iproute2 from PATH, as net.py
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [int(p) for p in listed]
+
+
+def kill_host(host: Host) -> int:
+    """SIGKILL to every process in the host's namespace (the machine lost; its address stays, silent)."""
+    pids = host_pids(host)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+    return len(pids)
+
+
+def stop_host(sup: AppSupervisor, host: Host) -> None:
+    """Stop one host's programs in order (a graceful leave: the throughput run's single host)."""
+    for name in ("rest", "ws", "worker", "beat"):
+        info = sup.rpc().getProcessInfo(f"{name}-{host.name}")
+        if info["statename"] == "RUNNING":
+            sup.rpc().stopProcess(f"{name}-{host.name}", True)

@@ -1,0 +1,368 @@
+"""An application host lost, on the lab (docs/scaling.md): app1 and app2 behind HAProxy
+(exchange/stack/lab/apphosts.py), app1 holding RedBeat's lock; signed transfers from peer to master,
+websockets on master's listenKey through HAProxy; SIGKILL to every process of app1. The figures:
+seconds until the other host's beat runs a periodic task (the simulated chain's block, every second:
+RedBeat's run count of the entry in Redis, so a period run twice shows), the websockets of
+app1 reconnected through HAProxy and resynced (REST balance, then the stream: every event once, in
+order: each position is the last one plus the 0.01 received), every 200 once in the database,
+`ledger_check`. Then transfers/s with both hosts and with one.
+
+    python -m exchange.stack.lab hostfault [--before 10] [--after 30] [--bench 20] [--clients 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import psycopg
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from exchange.api.replay_memory import declare_complete
+from exchange.stack import client
+from exchange.stack.chaos.records import TRANSFER, send
+from exchange.stack.lab import apphosts, cluster, topology
+from exchange.stack.ports import HOST, free_block
+from exchange.stack.private import stack_environment
+from exchange.stack.services import PYTHON, manage
+
+REDIS_DB = 2
+STEP = Decimal("0.01")
+BENCH_ACCOUNTS = 16
+
+# Funded accounts for the throughput run (PHP, pairs that share no row lock).
+_SETUP = r"""
+import json, sys
+from decimal import Decimal
+import django
+django.setup()
+from django.db import transaction
+from accounts import ledger, services
+from accounts.ledger.models import BusinessType
+from accounts.models import LedgerAccount, SystemRole, User
+count = int(sys.argv[1])
+with transaction.atomic():
+    User.objects.bulk_create([User(email=f"lab{i}@bench.lab", password="!") for i in range(count)])
+    users = list(User.objects.filter(email__endswith="@bench.lab").order_by("id"))
+    LedgerAccount.objects.bulk_create([LedgerAccount(user=u) for u in users], ignore_conflicts=True)
+    each = Decimal(1_000_000)
+    legs = [ledger.Leg(ledger.system_account_id(SystemRole.EQUITY), "PHP", -each * len(users))]
+    legs += [ledger.Leg(u.pk, "PHP", each) for u in users]
+    ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference="lab:bench:funding")
+    keys = [services.api_key_create(user=u, name="lab") for u in users]
+print(json.dumps([[u.email, k.api_key.key, k.secret] for u, k in zip(users, keys)]))
+"""
+
+
+def redis_primary(db: int):
+    from redis.sentinel import Sentinel
+
+    hosts = [(h.address, topology.SENTINEL_PORT) for h in topology.REDIS_HOSTS]
+    return Sentinel(hosts, socket_timeout=2).master_for(topology.MASTER, db=db, socket_timeout=2)
+
+
+def fresh() -> None:
+    leader = cluster.pg_leader()
+    admin = f"postgres://postgres:{topology.PG_PASSWORD}@{leader.address}:{topology.PG_PORT}/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {topology.DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {topology.DATABASE}")
+    primary = redis_primary(REDIS_DB)
+    primary.flushdb()
+    declare_complete(primary)
+
+
+class Heights:
+    """The beat's runs of `sim-chain-blocks` (every second), read every 0.1 s from RedBeat's own record
+    of the entry in Redis (`total_run_count` in its meta, written by the beat that sends it): a count
+    that moves by 2 between reads, or two runs within half a period, is a period run twice."""
+
+    KEY = "redbeat:sim-chain-blocks"
+
+    def __init__(self, redis_client) -> None:
+        self.redis = redis_client
+        self.changes: list[tuple[float, int]] = []  # (monotonic, runs)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import redis
+
+        last = None
+        while not self.stop.is_set():
+            with contextlib.suppress(redis.RedisError, ValueError, TypeError):
+                meta = self.redis.hget(self.KEY, "meta")
+                runs = int(json.loads(meta)["total_run_count"]) if meta else 0
+                if runs != last:
+                    self.changes.append((time.monotonic(), runs))
+                    last = runs
+            time.sleep(0.1)
+
+
+@dataclass
+class Socket:
+    """One websocket client through HAProxy on master's listenKey, reconnecting when it is closed,
+    resyncing from the REST balance; every connection's USDT positions in order."""
+
+    url: str
+    resync: object  # async () -> Decimal
+    connections: list[dict] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                ws = await connect(self.url, open_timeout=10)
+            except (OSError, InvalidHandshake, TimeoutError):
+                await asyncio.sleep(0.2)
+                continue
+            conn = {"opened": time.monotonic(), "resync": None, "positions": [], "closed": None}
+            self.connections.append(conn)
+            conn["resync"] = await self.resync()  # after the connection: no posting falls between
+            try:
+                while not self.stop.is_set():
+                    try:
+                        raw = await asyncio.wait_for(ws.recv(), 0.5)
+                    except TimeoutError:
+                        continue
+                    event = json.loads(raw)
+                    if event.get("e") == "outboundAccountPosition":
+                        free = next((Decimal(b["f"]) for b in event["B"] if b["a"] == "USDT"), None)
+                        if free is not None:
+                            conn["positions"].append(free)
+            except ConnectionClosed:
+                conn["closed"] = time.monotonic()
+                continue
+            await ws.close()
+
+
+def judge_socket(sock: Socket, final: Decimal) -> tuple[bool, str]:
+    """Within a connection each position is the last plus 0.01 (once, in order); after a reconnect
+    the first position is at most one step past the REST resync (nothing missed between them);
+    positions at or under the resync are ones the client knew already (counted, not new)."""
+    ok, known, events, gaps = True, 0, 0, []
+    for conn in sock.connections:
+        seq = conn["positions"]
+        events += len(seq)
+        for a, b in itertools.pairwise(seq):
+            if b - a != STEP:
+                ok = False
+                gaps.append(f"{a}->{b}")
+        if conn["resync"] is not None and seq:
+            if seq[0] > conn["resync"] + STEP:
+                ok = False
+                gaps.append(f"resync {conn['resync']} then {seq[0]}")
+            known += sum(1 for v in seq if v <= conn["resync"])
+    last = next((c["positions"][-1] for c in reversed(sock.connections) if c["positions"]), None)
+    if last != final:
+        ok = False
+    reconnects = len(sock.connections) - 1
+    gap_text = f", breaks {gaps[:3]}" if gaps else ""
+    return ok, (
+        f"{len(sock.connections)} connection(s) ({reconnects} reconnect), {events} positions, {known} already "
+        f"known from the resync, last {last} vs balance {final}{gap_text}"
+    )
+
+
+async def usdt_free(signer: client.Signer, port: int) -> Decimal:
+    conn = client.HttpConnection(HOST, port)
+    try:
+        for _ in range(50):
+            status, body, _ = await send(conn, "GET", f"/openapi/v1/account?{signer.signed({})}", signer.api_key)
+            if status == 200:
+                return next(Decimal(b["free"]) for b in json.loads(body)["balances"] if b["asset"] == "USDT")
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+    raise RuntimeError("no balance from /openapi/v1/account")
+
+
+async def listen_key(api_key: str, port: int) -> str:
+    conn = client.HttpConnection(HOST, port)
+    try:
+        status, body = await conn.request("POST", "/openapi/v1/userDataStream", {"X-SERVICE-APIKEY": api_key})
+    finally:
+        await conn.close()
+    if status != 200:
+        raise RuntimeError(f"userDataStream: {status} {body[:200]!r}")
+    return json.loads(body)["listenKey"]
+
+
+async def pay(port, signer, target, counter, sent, stop) -> None:
+    conn = client.HttpConnection(HOST, port)
+    try:
+        while not stop.is_set():
+            ident = f"lab-h{next(counter)}"
+            params = {"account": "USDT", "target_address": target, "amount": "0.01", "client_transfer_id": ident}
+            status, body, _ = await send(conn, "POST", f"{TRANSFER}?{signer.signed(params)}", signer.api_key)
+            ref = None
+            if status == 200:
+                ref = str(json.loads(body).get("transfer", {}).get("id"))
+            sent.append((ident, status, ref))
+            await asyncio.sleep(0.05 if status != 200 else 0.02)
+    finally:
+        await conn.close()
+
+
+async def fault_run(port, world, say, before: float, after: float) -> dict:
+    master = client.Signer(world["master"]["api_key"], world["master"]["secret_key"])
+    peer = client.Signer(world["peer"]["api_key"], world["peer"]["secret_key"])
+    key = await listen_key(master.api_key, port)
+
+    async def resync() -> Decimal:
+        return await usdt_free(client.Signer(master.api_key, master.secret), port)
+
+    sockets = [Socket(f"ws://{HOST}:{port}/openapi/ws/{key}", resync) for _ in range(4)]
+    tasks = [asyncio.create_task(s.run()) for s in sockets]
+    await asyncio.sleep(2)
+    sent: list = []
+    stop = asyncio.Event()
+    counter = itertools.count()
+    payers = [asyncio.create_task(pay(port, peer, world["master"]["email"], counter, sent, stop)) for _ in range(2)]
+    await asyncio.sleep(before)
+    victim = topology.APP_HOSTS[0]
+    killed_at = time.monotonic()
+    count = apphosts.kill_host(victim)
+    say(f"SIGKILL to every process on {victim.name} ({victim.address}, RedBeat's holder): {count} processes")
+    await asyncio.sleep(after)
+    stop.set()
+    await asyncio.gather(*payers)
+    await asyncio.sleep(3)  # the last postings reach the websockets
+    final = await resync()
+    for s in sockets:
+        s.stop.set()
+    await asyncio.gather(*tasks)
+    return {"sent": sent, "killed_at": killed_at, "sockets": sockets, "final": final}
+
+
+async def bench(port, accounts, clients: int, seconds: float) -> tuple[float, client.Tally]:
+    tally = client.Tally()
+    until = time.monotonic() + seconds
+    loops = []
+    for i in range(clients):
+        sender, target = accounts[2 * i % len(accounts)], accounts[(2 * i + 1) % len(accounts)]
+        signer = client.Signer(sender[1], sender[2])
+
+        def params(n, target=target[0]):
+            return {"account": "PHP", "target_address": target, "amount": "1"}
+
+        loops.append(client.signed_loop(HOST, port, signer, params, tally, until))
+    began = time.monotonic()
+    await asyncio.gather(*loops)
+    return tally.statuses[200] / (time.monotonic() - began), tally
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m exchange.stack.lab hostfault")
+    parser.add_argument("--before", type=float, default=10.0)
+    parser.add_argument("--after", type=float, default=30.0)
+    parser.add_argument("--bench", type=float, default=20.0, help="seconds of each throughput run (0: none)")
+    parser.add_argument("--clients", type=int, default=8)
+    args = parser.parse_args(argv)
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        sys.stdout.write(f"[lab +{time.monotonic() - t0:6.1f}s] {text}\n")
+        sys.stdout.flush()
+
+    if cluster.pg_leader() is None:
+        raise SystemExit("the lab is not up: python -m exchange.stack.lab up")
+    port = free_block(1)
+    app = topology.app_env(REDIS_DB)
+    env = apphosts.app_env(stack_environment(app["DATABASE_URL"], app["REDIS_URL"], port, apphosts.RUN_DIR) | app)
+    fresh()
+    manage(env, "migrate", "--noinput", "-v", "0")
+    world = json.loads(manage(env, "demo", "--json").stdout.strip().splitlines()[-1])
+    made = subprocess.run(  # noqa: S603 - this interpreter, our own script
+        [PYTHON, "-c", _SETUP, str(BENCH_ACCOUNTS)], env=env, capture_output=True, text=True, check=True
+    )
+    accounts = json.loads(made.stdout.strip().splitlines()[-1])
+    sup = apphosts.supervisor(env, port)
+    sup.start()
+    ok = True
+    heights = Heights(redis_primary(REDIS_DB))
+    try:
+        apphosts.wait_ready(topology.APP_HOSTS, port)
+        apphosts.start_beats(sup, redis_primary(REDIS_DB))
+        say(f"app1, app2 and HAProxy on {HOST}:{port}; beat-app1 holds RedBeat's lock; {cluster.status()}")
+        heights.thread.start()
+        run = asyncio.run(fault_run(port, world, say, args.before, args.after))
+        heights.stop.set()
+        killed_at = run["killed_at"]
+        ok = report_beat(heights.changes, killed_at, say) and ok
+        for i, sock in enumerate(run["sockets"]):
+            good, text = judge_socket(sock, run["final"])
+            say(f"websocket {i + 1}: {'OK' if good else 'FAIL'}: {text}")
+            ok = ok and good
+        ok = report_transfers(run["sent"], env, say) and ok
+        done = manage(env, "ledger_check", check=False)
+        say(f"ledger_check: exit {done.returncode}: {(done.stdout + done.stderr).strip().splitlines()[-1:]}")
+        ok = ok and done.returncode == 0
+        if args.bench:
+            for name in ("rest", "ws", "worker"):
+                sup.rpc().startProcess(f"{name}-{topology.APP_HOSTS[0].name}", True)
+            apphosts.wait_ready(topology.APP_HOSTS, port)
+            time.sleep(3)  # HAProxy's checks see app1 up again (rise 2)
+            for label, hosts in (("two app hosts", 2), ("one app host", 1)):
+                if hosts == 1:
+                    sup.rpc().stopProcess(f"rest-{topology.APP_HOSTS[1].name}", True)
+                    time.sleep(3)  # marked down (fall 2)
+                rate, tally = asyncio.run(bench(port, accounts, args.clients, args.bench))
+                say(f"{label}: {rate:.0f} transfers/s ({args.clients} clients, {args.bench:.0f} s): {tally.summary()}")
+    finally:
+        heights.stop.set()
+        sup.stop()
+    say("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def report_beat(changes: list[tuple[float, int]], killed_at: float, say) -> bool:
+    before = [(t, h) for t, h in changes if t < killed_at]
+    after = [(t, h) for t, h in changes if t >= killed_at]
+    steps = [b[1] - a[1] for a, b in itertools.pairwise(changes)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
+    doubled = sum(1 for s in steps if s > 1) + sum(1 for g in gaps if g < 0.5)
+    if not after:
+        say("beat: NO periodic task ran after the kill")
+        return False
+    last = before[-1][0] - killed_at if before else float("nan")
+    say(
+        f"beat: last run by app1 {last:+.1f} s before the kill, first by app2 +{after[0][0] - killed_at:.1f} s after "
+        f"(RedBeat's lock timeout 10 s + a 1 s poll); {len(changes) - 1} runs of the 1 s block task, "
+        f"shortest interval {min(gaps):.2f} s, periods run twice: {doubled}"
+    )
+    return doubled == 0
+
+
+def report_transfers(sent: list, env: dict[str, str], say) -> bool:
+    with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT client_transfer_id, id FROM wallet_transfer WHERE client_transfer_id LIKE %s", ["lab-h%"]
+        ).fetchall()
+    book: dict[str, list[str]] = {}
+    for ident, pk in rows:
+        book.setdefault(ident, []).append(str(pk))
+    statuses: dict = {}
+    for _, status, _ in sent:
+        statuses[status] = statuses.get(status, 0) + 1
+    bad = [i for i, status, ref in sent if (status == 200 and book.get(i) != [ref]) or len(book.get(i, [])) > 1]
+    errors = sum(n for s, n in statuses.items() if s is not None and s >= 500 and s != 503)
+    say(f"{len(sent)} transfers through HAProxy: statuses {statuses}; every 200 once in the database: {not bad}")
+    with contextlib.suppress(Exception):
+        if bad:
+            say(f"not once: {bad[:5]}")
+    return not bad and errors == 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
