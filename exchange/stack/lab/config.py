@@ -68,12 +68,10 @@ def etcd_args(host: Host) -> list[str]:
 # Patroni 3.0.2 with `use_proxies` asks the first etcd member for the cluster's version at start and
 # dies on etcd's "not_decided" (before the members' first election); the lab does not restart a dead
 # program, so Patroni waits for a decided version first (then `exec`: the pid is Patroni's).
-_WAIT_ETCD = """until /usr/bin/python3 -c '
-import json, sys, urllib.request as u
-sys.exit(json.load(u.urlopen(sys.argv[1], timeout=1))["etcdcluster"] == "not_decided")' "$0" 2>/dev/null
-do sleep 0.5; done
-exec /usr/bin/patroni "$1"
-"""
+_WAIT_ETCD = (  # one line: supervisord's configuration file takes no multi-line command
+    "until /usr/bin/python3 -c 'import json, sys, urllib.request as u; sys.exit(json.load(u.urlopen(sys.argv[1],"
+    ' timeout=1))["etcdcluster"] == "not_decided")\' "$0" 2>/dev/null; do sleep 0.5; done; exec /usr/bin/patroni "$1"'
+)
 
 
 def patroni_args(host: Host) -> list[str]:
