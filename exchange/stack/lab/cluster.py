@@ -38,8 +38,7 @@ def programs() -> list[Program]:
     for host in DB_HOSTS:
         out.append(Program(f"etcd-{host.name}", net.in_host(host, config.etcd_args(host))))
     for host in DB_HOSTS:
-        args = ["/usr/bin/patroni", str(host.dir / "patroni.yml")]
-        out.append(Program(f"patroni-{host.name}", net.in_host(host, args, user="postgres")))
+        out.append(Program(f"patroni-{host.name}", net.in_host(host, config.patroni_args(host), user="postgres")))
     for host in REDIS_HOSTS:
         redis = ["/usr/bin/redis-server", str(host.dir / "redis.conf")]
         out.append(Program(f"redis-{host.name}", net.in_host(host, redis)))

@@ -53,9 +53,31 @@ def etcd_args(host: Host) -> list[str]:
         SCOPE,
         "--initial-cluster-state",
         "new",
+        # info: raft's elections and terms, what a partition's healing is read from
+        # A member cut off from the others campaigns alone and reaches a higher raft term; without
+        # pre-vote, when its link comes back that term deposes the elected etcd leader, every Patroni
+        # loses etcd for a few seconds and the primary demotes itself (issue 28's pg-cut). With it, a
+        # member campaigns only after a majority says it would vote for it: the rejoining member
+        # catches up as a follower. (etcd 3.5 makes it the default.)
+        "--pre-vote",
         "--log-level",
-        "warn",
+        "info",
     ]
+
+
+# Patroni 3.0.2 with `use_proxies` asks the first etcd member for the cluster's version at start and
+# dies on etcd's "not_decided" (before the members' first election); the lab does not restart a dead
+# program, so Patroni waits for a decided version first (then `exec`: the pid is Patroni's).
+_WAIT_ETCD = (  # one line: supervisord's configuration file takes no multi-line command
+    "until /usr/bin/python3 -c 'import json, sys, urllib.request as u; sys.exit(json.load(u.urlopen(sys.argv[1],"
+    ' timeout=1))["etcdcluster"] == "not_decided")\' "$0" 2>/dev/null; do sleep 0.5; done; exec /usr/bin/patroni "$1"'
+)
+
+
+def patroni_args(host: Host) -> list[str]:
+    first = next(h for h in DB_HOSTS if h != host)
+    version = f"http://{first.address}:{ETCD_CLIENT_PORT}/version"
+    return ["/bin/sh", "-c", _WAIT_ETCD, version, str(host.dir / "patroni.yml")]
 
 
 def patroni_yml(host: Host) -> str:
@@ -63,18 +85,36 @@ def patroni_yml(host: Host) -> str:
     conf = {
         "scope": SCOPE,
         "name": host.name,
-        "log": {"level": "WARNING"},
+        # INFO: each loop's decision (who takes the leader key, and why), what a fault is read from
+        "log": {"level": "INFO"},
         "restapi": {"listen": f"{host.address}:{PATRONI_PORT}", "connect_address": f"{host.address}:{PATRONI_PORT}"},
-        "etcd3": {"hosts": [f"{h.address}:{ETCD_CLIENT_PORT}" for h in DB_HOSTS]},
+        # Only the OTHER hosts' etcd members, and only those (use_proxies: no discovery of the member
+        # list, which would bring the own host's member back). Patroni 3.0.2 reads etcd with
+        # serializable (non-quorum) reads, and its update_leader() writes the leader key
+        # unconditionally when its (stale) view says it holds it (fixed in Patroni 3.0.3, pull
+        # request patroni#2689): a primary cut off from the others still read its own host's member,
+        # which kept showing it as the leader; when the link came back, that write overwrote the new
+        # leader's key and the old primary, without the new one's commits, was promoted again (the
+        # acknowledged writes lost in issue 28's pg-cut). Cut off from the others' members, a cut-off
+        # node sees no DCS at all (it demotes, and reads the true leader when its link is back).
+        "etcd3": {"hosts": [f"{h.address}:{ETCD_CLIENT_PORT}" for h in DB_HOSTS if h != host], "use_proxies": True},
         "bootstrap": {
             "dcs": {
                 "ttl": TTL,
                 "loop_wait": LOOP_WAIT,
                 "retry_timeout": RETRY_TIMEOUT,
                 "maximum_lag_on_failover": 1024 * 1024,
+                # A replica on another timeline than the cluster's (a former primary not yet rewound)
+                # never takes part in the leader race.
+                "check_timeline": True,
                 # A commit is acknowledged once a second node has it (synchronous_standby_names
                 # set by Patroni); only that node may be promoted.
                 "synchronous_mode": True,
+                # Strict: with no synchronous standby the primary blocks commits instead of going on
+                # alone (non-strict, a newly promoted primary takes writes asynchronously until a
+                # standby follows it: acknowledged writes on one machine only). With three nodes one
+                # may be away and writes still go on.
+                "synchronous_mode_strict": True,
                 "postgresql": {
                     "use_pg_rewind": True,
                     "parameters": {
