@@ -189,7 +189,9 @@ def per_second(threads: int, work, seconds: float) -> float:
 
 
 def main() -> None:
-    env = _bench.bench_env("exchange_bench_ledger", 12)
+    env = _bench.bench_env(
+        os.environ.get("BENCH_DATABASE_NAME", "exchange_bench_ledger"), int(os.environ.get("BENCH_REDIS_DB", "12"))
+    )
     _bench.recreate_database(env)
     setup_django(env)
     from accounts.ledger import after_commit_listeners
