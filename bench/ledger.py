@@ -12,6 +12,10 @@ The posting function is measured as this process runs it (with the after-commit 
 apps register, e.g. the streams relay's fast path) and, as `postings_ledger_only`, with them
 detached.
 
+postings_hot_account: the ledger-only posting function with every posting paying from one account
+(its ledger row is locked by each posting until its commit), at 1 and 4 threads: what one hot
+account sustains when every process hits it.
+
 headline: postings_ledger_only_per_s / raw_sql_per_s, single thread (target >= 0.5): the posting
 function against the same database work. With the listeners attached, the streams relay's
 publisher also runs in this process (it turns every posting into websocket events: queries, Redis)
@@ -67,7 +71,8 @@ def amount(rng: random.Random) -> Decimal:
 # --- the two sides -------------------------------------------------------------------------------------
 
 
-def run_posting_function(ids: list[int], deadline: float, tag: str, seed: int) -> int:
+def run_posting_function(ids: list[int], deadline: float, tag: str, seed: int, *, hot: bool = False) -> int:
+    """Random pairs; with `hot`, every posting pays from the first account (one row lock for all threads)."""
     from django.db import connection
 
     from accounts import ledger
@@ -76,7 +81,7 @@ def run_posting_function(ids: list[int], deadline: float, tag: str, seed: int) -
     done = 0
     try:
         while time.perf_counter() < deadline:
-            a, b = rng.sample(ids, 2)
+            a, b = (ids[0], rng.choice(ids[1:])) if hot else rng.sample(ids, 2)
             ledger.post(legs=ledger.move(a, b, ASSET, amount(rng)), kind="P2P_TRANSFER", reference=f"{tag}:{done}")
             done += 1
     finally:
@@ -189,7 +194,9 @@ def per_second(threads: int, work, seconds: float) -> float:
 
 
 def main() -> None:
-    env = _bench.bench_env("exchange_bench_ledger", 12)
+    env = _bench.bench_env(
+        os.environ.get("BENCH_DATABASE_NAME", "exchange_bench_ledger"), int(os.environ.get("BENCH_REDIS_DB", "12"))
+    )
     _bench.recreate_database(env)
     setup_django(env)
     from accounts.ledger import after_commit_listeners
@@ -202,6 +209,9 @@ def main() -> None:
 
     def posting_function(deadline: float, index: int, run: int) -> int:
         return run_posting_function(ids, deadline, f"post:{run}:{index}", seed=run * 100 + index)
+
+    def hot_account(deadline: float, index: int, run: int) -> int:
+        return run_posting_function(ids, deadline, f"hot:{run}:{index}", seed=run * 100 + index, hot=True)
 
     def raw_sql(deadline: float, index: int, run: int) -> int:
         return run_raw_sql(url, ids, asset, deadline, f"raw:{run}:{index}", seed=run * 100 + index)
@@ -221,6 +231,8 @@ def main() -> None:
         ("postings", posting_function, True),  # ledger.post as this process runs it
         ("postings_ledger_only", posting_function, False),  # the same, after-commit listeners detached
         ("raw_sql", raw_sql, True),
+        # Every thread pays from one account: the row lock on it serialises them (issue 28, capacity).
+        ("postings_hot_account", hot_account, False),
     )
     results: dict[tuple[str, int], list[float]] = {}
     for _ in range(ROUNDS):  # interleaved, so drift (autovacuum, table growth) hits every side alike

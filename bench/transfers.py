@@ -4,7 +4,8 @@
    as `make run` starts it with DATABASE_URL and REDIS_URL (exchange/stack: nginx in front of
    granian's WSGI interface, one worker per core x STACK_REST_THREADS (6) blocking threads, Daphne,
    Celery worker and beat) + PostgreSQL + Redis (rate limits raised; the streams' fast path publishes
-   to Redis after each commit), on a fresh database `exchange_bench_transfers` (Redis db 11).
+   to Redis after each commit), on a fresh database `exchange_bench_transfers` (Redis db 11;
+   BENCH_DATABASE_NAME, BENCH_REDIS_DB and BENCH_PGBENCH_DATABASE_NAME change them).
    ACCOUNTS accounts, each with an API key and
    1,000,000 PHP; the default limit tier applies (checked against the limit counters on every
    transfer). wrk with CONNECTIONS (32) connections cycles through pre-signed requests (form
@@ -54,7 +55,10 @@ CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "32"))
 PHASES = os.environ.get("BENCH_PHASES", "") == "1"
 PGBENCH_SCALE = 10
 PGBENCH_SECONDS = int(os.environ.get("BENCH_PGBENCH_SECONDS", "10"))
-PGBENCH_DB = "exchange_pgbench"
+PGBENCH_DB = os.environ.get("BENCH_PGBENCH_DATABASE_NAME", "exchange_pgbench")
+# Another engineer's run on the same servers takes other names (a fresh database is dropped first).
+DB_NAME = os.environ.get("BENCH_DATABASE_NAME", "exchange_bench_transfers")
+REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
 DOMAIN = "transfers.bench"
 
 SETUP = r"""
@@ -336,8 +340,8 @@ def main() -> None:
     import psycopg
 
     env = _bench.bench_env(
-        "exchange_bench_transfers",
-        11,
+        DB_NAME,
+        REDIS_DB,
         IP_WEIGHT_LIMIT_PER_MINUTE="1000000000",
         UID_WEIGHT_LIMIT_PER_MINUTE="1000000000",
     )
