@@ -9,6 +9,8 @@ ended with its bank check. Each records its steps and timings on the chaos Fault
     redis-kill    SIGKILL of the Redis primary (Sentinel fails over); a transfer signed before it
                   is sent again after it and must be refused
     sentinel-cut  a sentinel's host (a sentinel and a replica) cut off: nothing should change
+    rolling       every db and redis host restarted one at a time, the primaries by a planned
+                  switchover / failover (rolling.py)
 """
 
 from __future__ import annotations
@@ -186,10 +188,17 @@ async def sentinel_cut(run, fault: Fault) -> None:
     run.heals.append(lambda: task)
 
 
+async def rolling(run, fault: Fault) -> None:
+    from exchange.stack.lab.rolling import rolling as restart_each  # it uses this module's helpers
+
+    await restart_each(run, fault)
+
+
 FAULTS = {
     "pg-kill": pg_kill,
     "pg-cut": pg_cut,
     "pg-disk": pg_disk,
     "redis-kill": redis_kill,
     "sentinel-cut": sentinel_cut,
+    "rolling": rolling,
 }
