@@ -22,7 +22,7 @@ import urllib.request
 
 from exchange.stack.chaos.records import Fault, now, tally
 from exchange.stack.lab import cluster, topology
-from exchange.stack.lab.faults import REJOIN_SECONDS, _member, _poll, _redis_host, _replica_of
+from exchange.stack.lab.fault import REJOIN_SECONDS, _member, _poll, _redis_host, _replica_of
 
 Span = tuple[str, float, float]  # (what, started, ended)
 
