@@ -121,7 +121,40 @@ async def _redis(fault: Fault, spans: list[Span]) -> None:
         fault.problems.append("rolling: SENTINEL FAILOVER named no new primary within 60 s")
         return
     fault.steps.append(f"SENTINEL FAILOVER: {_redis_host(new).name} primary +{ended - began:.1f} s")
+    # The sentinel that ran the failover names the new primary at once, the others ~3 s later, and
+    # the old primary is demoted (its redis.conf rewritten) later still: restarted before that, it
+    # came back as an empty primary that two sentinels still named (the first run: 84 x -1021, the
+    # replay memory's epoch restart, 4 x 503).
+    settled = await _poll(lambda: _sentinels_agree(new) and _role(primary) == "slave", 60, 0.5)
+    fault.steps.append(
+        f"every sentinel names {_redis_host(new).name}, {primary.name} demoted: "
+        + (f"+{now() - began:.1f} s" if settled else "NOT within 60 s")
+    )
     await _redis_restart(fault, spans, primary, "the former primary")
+
+
+def _sentinels_agree(address: str) -> bool:
+    import redis
+
+    for host in topology.REDIS_HOSTS:
+        try:
+            named = redis.Redis(host=host.address, port=topology.SENTINEL_PORT, socket_timeout=1).execute_command(
+                "SENTINEL", "get-master-addr-by-name", topology.MASTER
+            )
+        except redis.RedisError:
+            return False
+        if not named or named[0].decode() != address:
+            return False
+    return True
+
+
+def _role(host: topology.Host) -> str | None:
+    import redis
+
+    try:
+        return redis.Redis(host=host.address, port=topology.REDIS_PORT, socket_timeout=1).info("replication")["role"]
+    except redis.RedisError:
+        return None
 
 
 def refusals(run, spans: list[Span]) -> list[str]:
