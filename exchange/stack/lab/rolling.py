@@ -121,6 +121,11 @@ async def _redis(fault: Fault, spans: list[Span]) -> None:
         fault.problems.append("rolling: SENTINEL FAILOVER named no new primary within 60 s")
         return
     fault.steps.append(f"SENTINEL FAILOVER: {_redis_host(new).name} primary +{ended - began:.1f} s")
+    # Sentinel demotes the old primary only at its next look (~10 s): its clients' open connections
+    # keep writing to it meanwhile, writes the demotion then drops (run 2: 70 x -1021 when they moved).
+    # Demoted now, as Sentinel would, its clients get READONLY and redis-py asks the sentinels again.
+    old = redis.Redis(host=primary.address, port=topology.REDIS_PORT, socket_timeout=2)
+    await asyncio.to_thread(old.execute_command, "REPLICAOF", new, str(topology.REDIS_PORT))
     # The sentinel that ran the failover names the new primary at once, the others ~3 s later, and
     # the old primary is demoted (its redis.conf rewritten) later still: restarted before that, it
     # came back as an empty primary that two sentinels still named (the first run: 84 x -1021, the
