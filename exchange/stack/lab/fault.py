@@ -1,9 +1,11 @@
 """What the lab's fault runs share (`python -m exchange.stack.lab fault [NAME]`, faults.py under
-bank.py's load and bank check): an empty application database, the primary's processes and their kill.
+bank.py's load and bank check): an empty application database, the primary's processes and their kill; polling
+Patroni's members and Redis's replicas (faults.py and rolling.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -13,15 +15,15 @@ from pathlib import Path
 import psycopg
 
 from exchange.api.replay_memory import declare_complete
-from exchange.stack.lab import topology
+from exchange.stack.chaos.records import now
+from exchange.stack.lab import cluster, topology
 
 REDIS_DB = 1
+REJOIN_SECONDS = 180.0
 
 
 def fresh(env: dict[str, str]) -> None:
     """An empty application database on the primary and an emptied Redis database (via Sentinel)."""
-    from exchange.stack.lab import cluster
-
     leader = cluster.pg_leader()
     admin = f"postgres://postgres:{topology.PG_PASSWORD}@{leader.address}:{topology.PG_PORT}/postgres"
     with psycopg.connect(admin, autocommit=True) as conn:
@@ -60,3 +62,32 @@ def kill_primary(host: topology.Host) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return len(pids)
+
+
+async def _poll(predicate, timeout: float, every: float = 0.2):
+    """The first true value of `predicate()` (run in a thread) within `timeout`, else None."""
+    deadline = now() + timeout
+    while now() < deadline:
+        value = await asyncio.to_thread(predicate)
+        if value:
+            return value
+        await asyncio.sleep(every)
+    return None
+
+
+def _member(name: str) -> dict:
+    return next((m for m in cluster.pg_cluster().get("members", []) if m.get("name") == name), {})
+
+
+def _redis_host(address: str) -> topology.Host:
+    return next(h for h in topology.REDIS_HOSTS if h.address == address)
+
+
+def _replica_of(host: topology.Host) -> bool:
+    import redis
+
+    try:
+        info = redis.Redis(host=host.address, port=topology.REDIS_PORT, socket_timeout=1).info("replication")
+    except redis.RedisError:
+        return False
+    return info.get("role") == "slave" and info.get("master_link_status") == "up"

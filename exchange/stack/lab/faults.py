@@ -9,6 +9,8 @@ ended with its bank check. Each records its steps and timings on the chaos Fault
     redis-kill    SIGKILL of the Redis primary (Sentinel fails over); a transfer signed before it
                   is sent again after it and must be refused
     sentinel-cut  a sentinel's host (a sentinel and a replica) cut off: nothing should change
+    rolling       every db and redis host restarted one at a time, the primaries by a planned
+                  switchover / failover (rolling.py)
 """
 
 from __future__ import annotations
@@ -21,25 +23,10 @@ import signal
 
 from exchange.stack.chaos.records import Fault, now
 from exchange.stack.lab import cluster, net, topology
-from exchange.stack.lab.fault import kill_primary
+from exchange.stack.lab.fault import REJOIN_SECONDS, _member, _poll, _redis_host, _replica_of, kill_primary
+from exchange.stack.lab.rolling import rolling
 
 CUT_SECONDS = 30.0  # how long a cut host stays away (the run watches writes throughout)
-REJOIN_SECONDS = 180.0
-
-
-async def _poll(predicate, timeout: float, every: float = 0.2):
-    """The first true value of `predicate()` (run in a thread) within `timeout`, else None."""
-    deadline = now() + timeout
-    while now() < deadline:
-        value = await asyncio.to_thread(predicate)
-        if value:
-            return value
-        await asyncio.sleep(every)
-    return None
-
-
-def _member(name: str) -> dict:
-    return next((m for m in cluster.pg_cluster().get("members", []) if m.get("name") == name), {})
 
 
 async def _new_leader(fault: Fault, old: topology.Host) -> None:
@@ -116,10 +103,6 @@ async def pg_disk(run, fault: Fault) -> None:
     run.heals.append(lambda: task)
 
 
-def _redis_host(address: str) -> topology.Host:
-    return next(h for h in topology.REDIS_HOSTS if h.address == address)
-
-
 async def redis_kill(run, fault: Fault) -> None:
     victim = _redis_host(cluster.redis_primary())
     query, probe = await run.replay_probe()
@@ -149,16 +132,6 @@ async def redis_kill(run, fault: Fault) -> None:
         )
 
     run.heals.append(heal)
-
-
-def _replica_of(host: topology.Host) -> bool:
-    import redis
-
-    try:
-        info = redis.Redis(host=host.address, port=topology.REDIS_PORT, socket_timeout=1).info("replication")
-    except redis.RedisError:
-        return False
-    return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
 
 async def sentinel_cut(run, fault: Fault) -> None:
@@ -192,4 +165,5 @@ FAULTS = {
     "pg-disk": pg_disk,
     "redis-kill": redis_kill,
     "sentinel-cut": sentinel_cut,
+    "rolling": rolling,
 }

@@ -39,5 +39,5 @@ test (issue 18, item 6): `manage.py simulate --seed N --minutes M` (or `python -
 Modules: plan (the schedule from the seed), moves (a client id's life), flows (the operations),
 faults (the faults and the customers' websockets), cycles (the cycle customer), settle (the work in
 flight settled, unknown outcomes resolved), checks (the end checks), driver (the run's timeline),
-run (`run()`, the report, the command line).
+run (`run()`, the report, the command line), lab (`--lab`: on the HA lab, with its faults).
 """

@@ -31,10 +31,18 @@ class SimulationResult:
     violations: list
 
 
-def run(seed: int, minutes: float, *, customers: int = 4, out=None, keep: bool = False) -> SimulationResult:
+def run(
+    seed: int, minutes: float, *, customers: int = 4, out=None, keep: bool = False, lab: bool = False
+) -> SimulationResult:
+    """`lab`: on the HA lab, with its faults (simulation/lab.py); the lab must be up."""
     out = out or sys.stdout
     base = Path(tempfile.mkdtemp(prefix="simulate-"))
-    sim = Simulation(seed, minutes, customers, out)
+    if lab:
+        from exchange.stack.simulation.lab import LabSimulation
+
+        sim = LabSimulation(seed, minutes, customers, out)
+    else:
+        sim = Simulation(seed, minutes, customers, out)
     checks = []
     try:
         sim.start(base)
@@ -115,5 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=1.0)
     parser.add_argument("--customers", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="keep the logs in the temporary directory")
+    parser.add_argument("--lab", action="store_true", help="on the HA lab, with its faults (it must be up)")
     options = parser.parse_args(argv)
-    return 0 if run(options.seed, options.minutes, customers=options.customers, keep=options.keep).ok else 1
+    result = run(options.seed, options.minutes, customers=options.customers, keep=options.keep, lab=options.lab)
+    return 0 if result.ok else 1

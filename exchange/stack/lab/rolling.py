@@ -1,0 +1,195 @@
+"""The lab's rolling restart (`python -m exchange.stack.lab fault rolling`): every host of the lab
+restarted one at a time under bank.py's load, as an operator upgrading them would.
+
+    db hosts     the replicas first (the asynchronous one, then the synchronous standby): Patroni
+                 stopped (it stops its PostgreSQL cleanly) and the host's etcd member, both started
+                 again; the next host once this one streams again. The leader last: a planned
+                 switchover to the synchronous standby (Patroni's REST API, what `patronictl
+                 switchover` calls), then its host restarted as a replica.
+    redis hosts  the replicas first (Redis and the sentinel stopped and started; the next once it is
+                 a replica in sync), then `SENTINEL FAILOVER` and the former primary's host restarted.
+
+The fault's run starts the stack in the machine's own namespace (bank.py), not on the application
+hosts; `hostfault` restarts-by-killing an application host. Each step's refusals (transfers not
+answered 200 that started during the step) are counted once the load is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+
+from exchange.stack.chaos.records import Fault, now, tally
+from exchange.stack.lab import cluster, topology
+from exchange.stack.lab.fault import REJOIN_SECONDS, _member, _poll, _redis_host, _replica_of
+
+Span = tuple[str, float, float]  # (what, started, ended)
+
+
+async def _restart(programs: list[str]) -> None:
+    rpc = cluster.rpc()
+    for name in programs:  # stopped in order (Patroni before its etcd member), started in reverse
+        await asyncio.to_thread(rpc.stopProcess, name, True)
+    for name in reversed(programs):
+        await asyncio.to_thread(rpc.startProcess, name, False)
+
+
+def _streaming(host: topology.Host) -> bool:
+    member = _member(host.name)
+    return member.get("role") in ("replica", "sync_standby") and member.get("state") in ("running", "streaming")
+
+
+async def _db_host(fault: Fault, spans: list[Span], host: topology.Host, what: str) -> None:
+    began = now()
+    await _restart([f"patroni-{host.name}", f"etcd-{host.name}"])
+    stopped = now() - began
+    back = await _poll(lambda: _streaming(host), REJOIN_SECONDS, 0.5)
+    sync = await _poll(cluster.pg_sync_standby, 30, 0.5)
+    ended = now()
+    spans.append((f"{host.name} ({what}) restarted", began, ended))
+    fault.steps.append(
+        f"{host.name} ({what}): stopped and started in {stopped:.1f} s, "
+        + (f"streaming again +{ended - began:.1f} s" if back else "NOT streaming again")
+        + f", synchronous standby {sync}"
+    )
+    if not back:
+        fault.problems.append(f"rolling: {host.name} not a running replica within {REJOIN_SECONDS:.0f} s")
+
+
+def _switchover(leader: topology.Host, candidate: str) -> tuple[int, str]:
+    body = json.dumps({"leader": leader.name, "candidate": candidate}).encode()
+    url = f"http://{leader.address}:{topology.PATRONI_PORT}/switchover"
+    request = urllib.request.Request(url, data=body, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310 - the lab's own host
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+async def _postgres(fault: Fault, spans: list[Span]) -> None:
+    leader = cluster.pg_leader()
+    sync = cluster.pg_sync_standby()
+    replicas = [h for h in topology.DB_HOSTS if h != leader]
+    replicas.sort(key=lambda h: h.name == sync)  # the asynchronous replica first
+    for host in replicas:
+        role = "synchronous standby" if host.name == sync else "replica"
+        await _db_host(fault, spans, host, role)
+    candidate = cluster.pg_sync_standby()
+    began = now()
+    status, text = await asyncio.to_thread(_switchover, leader, candidate)
+    new = await _poll(lambda: (h := cluster.pg_leader()) and h != leader and h, 60)
+    ended = now()
+    spans.append((f"switchover {leader.name} -> {candidate}", began, ended))
+    fault.steps.append(
+        f"switchover {leader.name} -> {candidate}: HTTP {status} {text.strip()[:60]!r}, "
+        + (f"{new.name} leader +{ended - began:.1f} s" if new else "NO new leader")
+    )
+    if new is None:
+        fault.problems.append(f"rolling: no new leader after the switchover ({status} {text[:80]})")
+        return
+    await _db_host(fault, spans, leader, "the former leader")
+
+
+async def _redis_restart(fault: Fault, spans: list[Span], host: topology.Host, what: str) -> None:
+    began = now()
+    await _restart([f"sentinel-{host.name}", f"redis-{host.name}"])
+    back = await _poll(lambda: _replica_of(host), 60, 0.5)
+    ended = now()
+    spans.append((f"{host.name} ({what}) restarted", began, ended))
+    fault.steps.append(
+        f"{host.name} ({what}): " + (f"a replica in sync again +{ended - began:.1f} s" if back else "NOT in sync")
+    )
+    if not back:
+        fault.problems.append(f"rolling: {host.name} not a replica in sync within 60 s")
+
+
+async def _redis(fault: Fault, spans: list[Span]) -> None:
+    import redis
+
+    primary = _redis_host(cluster.redis_primary())
+    for host in [h for h in topology.REDIS_HOSTS if h != primary]:
+        await _redis_restart(fault, spans, host, "replica")
+    began = now()
+    sentinel = redis.Redis(host=topology.REDIS_HOSTS[0].address, port=topology.SENTINEL_PORT, socket_timeout=2)
+    await asyncio.to_thread(sentinel.execute_command, "SENTINEL", "FAILOVER", topology.MASTER)
+    new = await _poll(lambda: (a := cluster.redis_primary()) and a != primary.address and a, 60)
+    ended = now()
+    spans.append((f"SENTINEL FAILOVER from {primary.name}", began, ended))
+    if new is None:
+        fault.problems.append("rolling: SENTINEL FAILOVER named no new primary within 60 s")
+        return
+    fault.steps.append(f"SENTINEL FAILOVER: {_redis_host(new).name} primary +{ended - began:.1f} s")
+    # Sentinel demotes the old primary only at its next look (~10 s): its clients' open connections
+    # keep writing to it meanwhile, writes the demotion then drops (run 2: 70 x -1021 when they moved).
+    # Demoted now, as Sentinel would, its clients get READONLY and redis-py asks the sentinels again.
+    old = redis.Redis(host=primary.address, port=topology.REDIS_PORT, socket_timeout=2)
+    await asyncio.to_thread(old.execute_command, "REPLICAOF", new, str(topology.REDIS_PORT))
+    # The sentinel that ran the failover names the new primary at once, the others ~3 s later, and
+    # the old primary is demoted (its redis.conf rewritten) later still: restarted before that, it
+    # came back as an empty primary that two sentinels still named (the first run: 84 x -1021, the
+    # replay memory's epoch restart, 4 x 503).
+    settled = await _poll(lambda: _sentinels_agree(new) and _role(primary) == "slave", 60, 0.5)
+    fault.steps.append(
+        f"every sentinel names {_redis_host(new).name}, {primary.name} demoted: "
+        + (f"+{now() - began:.1f} s" if settled else "NOT within 60 s")
+    )
+    await _redis_restart(fault, spans, primary, "the former primary")
+
+
+def _sentinels_agree(address: str) -> bool:
+    import redis
+
+    for host in topology.REDIS_HOSTS:
+        try:
+            named = redis.Redis(host=host.address, port=topology.SENTINEL_PORT, socket_timeout=1).execute_command(
+                "SENTINEL", "get-master-addr-by-name", topology.MASTER
+            )
+        except redis.RedisError:
+            return False
+        if not named or named[0].decode() != address:
+            return False
+    return True
+
+
+def _role(host: topology.Host) -> str | None:
+    import redis
+
+    try:
+        return redis.Redis(host=host.address, port=topology.REDIS_PORT, socket_timeout=1).info("replication")["role"]
+    except redis.RedisError:
+        return None
+
+
+def refusals(run, spans: list[Span]) -> list[str]:
+    """Per step: the transfers started during it, those not answered 200, and the span they cover."""
+    lines = []
+    for what, began, ended in spans:
+        writes = [a for a in run.answers if a.kind == "transfer" and began <= a.started <= ended]
+        failed = [a for a in writes if a.status != 200]
+        slow = max((a.ended - a.started for a in writes), default=0.0)
+        span = (
+            f"refused from +{min(a.started for a in failed) - began:.1f} s to "
+            f"+{max(a.ended for a in failed) - began:.1f} s"
+            if failed
+            else "none refused"
+        )
+        lines.append(
+            f"{what} ({ended - began:.1f} s): {len(writes)} transfers {tally(writes)}, {span}; slowest {slow:.1f} s"
+        )
+    return lines
+
+
+async def rolling(run, fault: Fault) -> None:
+    spans: list[Span] = []
+    fault.start = now()
+    await _postgres(fault, spans)
+    await _redis(fault, spans)
+    fault.end = now()
+    fault.steps.append(f"every db and redis host restarted once in {fault.end - fault.start:.1f} s")
+
+    async def report() -> None:  # the load is over: every answer is in
+        fault.steps.extend(refusals(run, spans))
+
+    run.heals.append(report)
