@@ -61,6 +61,11 @@ class Chaos(Faults, Load, PrivateStack):
         stopping.set()
         await asyncio.gather(*load)
         self.load_end = now()
+        await self.wind_down(slots, listeners_stop)
+
+    async def wind_down(self, slots: list[asyncio.Task], listeners_stop: asyncio.Event) -> None:
+        """After the load: let the listeners catch up with the feed, stop them, settle the work in
+        flight and resolve every transfer whose outcome the client did not learn."""
         self.say("load stopped; waiting for the feed, the listeners and the work in flight")
         await self.settle_listeners()
         listeners_stop.set()

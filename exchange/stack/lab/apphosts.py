@@ -15,7 +15,6 @@ import contextlib
 import os
 import re
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -171,19 +170,9 @@ def start_beats(sup: AppSupervisor, redis_client, hosts: list[Host] = APP_HOSTS,
         sup.rpc().startProcess(f"beat-{host.name}", True)
 
 
-def host_pids(host: Host) -> list[int]:
-    listed = subprocess.run(  # noqa: S603 - our own arguments
-        ["ip", "netns", "pids", host.netns],  # noqa: S607 - iproute2 from PATH, as net.py
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return [int(p) for p in listed]
-
-
 def kill_host(host: Host) -> int:
     """SIGKILL to every process in the host's namespace (the machine lost; its address stays, silent)."""
-    pids = host_pids(host)
+    pids = net.pids(host)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)

@@ -193,13 +193,7 @@ class LabRun(Chaos):
         self.load_end = now()
         for heal in self.heals:  # a fault's host brought back, once the window is measured
             await heal()
-        self.say("load stopped; waiting for the feed, the listeners and the work in flight")
-        await self.settle_listeners()
-        listeners_stop.set()
-        await asyncio.gather(*slots)
-        await self.settle_work()
-        await asyncio.gather(*self.background, return_exceptions=True)
-        await self.resolve_unknown_transfers()
+        await self.wind_down(slots, listeners_stop)
         self.peer_after = await self.balances("peer")
 
 

@@ -9,14 +9,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import psycopg
 
 from exchange.api.replay_memory import declare_complete
 from exchange.stack.chaos.records import now
-from exchange.stack.lab import cluster, topology
+from exchange.stack.lab import cluster, net, topology
 
 REDIS_DB = 1
 REJOIN_SECONDS = 180.0
@@ -39,21 +38,15 @@ def fresh(env: dict[str, str]) -> None:
 
 def postgres_pids(host: topology.Host) -> list[int]:
     """Patroni and every PostgreSQL process in `host`'s namespace (not its etcd member)."""
-    listed = subprocess.run(  # noqa: S603 - our own arguments
-        ["ip", "netns", "pids", host.netns],  # noqa: S607 - iproute2 from PATH, as net.py
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    pids = []
-    for pid in map(int, listed):
+    found = []
+    for pid in net.pids(host):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if "etcd" not in cmdline:
-            pids.append(pid)
-    return pids
+            found.append(pid)
+    return found
 
 
 def kill_primary(host: topology.Host) -> int:

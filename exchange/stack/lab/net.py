@@ -12,6 +12,11 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)  # noqa: S603, S607
 
 
+def pids(host: Host) -> list[int]:
+    """Every process in `host`'s namespace (what dies with the machine)."""
+    return [int(pid) for pid in ip("netns", "pids", host.netns).stdout.split()]
+
+
 def up() -> None:
     if ip("link", "show", BRIDGE, check=False).returncode != 0:
         ip("link", "add", BRIDGE, "type", "bridge")
