@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -165,22 +166,31 @@ end
 """
 
 
-def wrk(
-    port: int, paths: list[str], *, api_key: str = "", seconds: int = 10, connections: int = 16, threads: int = 1
-) -> dict[str, float]:
-    """Requests per second (and latency) of GETs cycling through `paths`; non-200s are counted."""
+def run_wrk(
+    port: int,
+    lua: Callable[[Path], str],
+    lines: list[str],
+    *,
+    seconds: float,
+    connections: int,
+    threads: int = 1,
+    timeout: str | None = None,
+) -> str:
+    """wrk's output for `seconds` against 127.0.0.1:`port`: its Lua script is `lua(file)`, where the
+    file holds `lines` (one request each, as the script reads them); wrk's stderr is shown."""
     with tempfile.TemporaryDirectory() as tmp:
-        paths_file = Path(tmp) / "paths.txt"
-        paths_file.write_text("\n".join(paths) + "\n")
+        data = Path(tmp) / "requests.txt"
+        data.write_text("\n".join(lines) + "\n")
         script = Path(tmp) / "bench.lua"
-        script.write_text(_WRK_LUA % (paths_file, api_key))
-        out = subprocess.run(
+        script.write_text(lua(data))
+        done = subprocess.run(
             [
                 ensure_wrk(),
                 f"-t{threads}",
                 f"-c{connections}",
                 f"-d{seconds}s",
                 "--latency",
+                *(["--timeout", timeout] if timeout else []),
                 "-s",
                 str(script),
                 f"http://127.0.0.1:{port}",
@@ -188,12 +198,36 @@ def wrk(
             check=True,
             capture_output=True,
             text=True,
-        ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    non200 = non2xx(out)
-    p50 = _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1))
-    p99 = _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1))
-    return {"rps": rps, "non200": non200, "p50_ms": p50, "p99_ms": p99}
+        )
+    if done.stderr.strip():
+        sys.stderr.write(done.stderr[-2000:])
+    return done.stdout
+
+
+def wrk_rps(out: str) -> float:
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+
+
+def wrk_latency(out: str) -> dict[str, float]:
+    """wrk's p50 and p99 latency in milliseconds (`--latency`)."""
+    return {
+        "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
+        "p99_ms": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
+    }
+
+
+def socket_errors(out: str) -> int:
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return sum(int(n) for n in errors.groups()) if errors else 0
+
+
+def wrk(
+    port: int, paths: list[str], *, api_key: str = "", seconds: int = 10, connections: int = 16, threads: int = 1
+) -> dict[str, float]:
+    """Requests per second (and latency) of GETs cycling through `paths`; non-200s are counted."""
+    lua = lambda data: _WRK_LUA % (data, api_key)  # noqa: E731 - the script around the paths' file
+    out = run_wrk(port, lua, paths, seconds=seconds, connections=connections, threads=threads)
+    return {"rps": wrk_rps(out), "non200": non2xx(out), **wrk_latency(out)}
 
 
 def non2xx(wrk_output: str) -> int:

@@ -182,39 +182,14 @@ def wrk_post(
     port: int, lines: list[str], seconds: int, path: str = "/openapi/transfer/v4/transfers"
 ) -> dict[str, float]:
     """wrk POSTing `lines` (`api_key body`, see signed_bodies) to `path` in turn for `seconds`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        requests_file = Path(tmp) / "requests.txt"
-        requests_file.write_text("\n".join(lines) + "\n")
-        script = Path(tmp) / "transfer.lua"
-        script.write_text(_WRK_LUA % (requests_file, path))
-        done = subprocess.run(
-            [
-                _bench.ensure_wrk(),
-                "-t1",
-                f"-c{CONNECTIONS}",
-                f"-d{seconds}s",
-                "--timeout",
-                "10s",
-                "--latency",
-                "-s",
-                str(script),
-                f"http://127.0.0.1:{port}",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    out = done.stdout
-    if done.stderr.strip():
-        sys.stderr.write(done.stderr[-2000:])
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    lua = lambda data: _WRK_LUA % (data, path)  # noqa: E731 - the script around the requests' file
+    out = _bench.run_wrk(port, lua, lines, seconds=seconds, connections=CONNECTIONS, timeout="10s")
     return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+        "rps": _bench.wrk_rps(out),
         "non200": _bench.non2xx(out),
         "completed": int(re.search(r"completed (\d+)", out).group(1)),
-        "socket_errors": sum(int(n) for n in errors.groups()) if errors else 0,
-        "p50_ms": _bench._ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-        "p99_ms": _bench._ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
+        "socket_errors": _bench.socket_errors(out),
+        **_bench.wrk_latency(out),
     }
 
 

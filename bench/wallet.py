@@ -28,9 +28,7 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from bench import _bench
 from exchange.stack.layout import ROOT
@@ -143,39 +141,12 @@ def signed_requests(accounts: list[list[str]], rounds: int = 20) -> list[str]:
 
 
 def wrk_post(port: int, lines: list[str], seconds: int, connections: int = CONNECTIONS) -> dict[str, float]:
-    import re
-
-    with tempfile.TemporaryDirectory() as tmp:
-        requests_file = Path(tmp) / "requests.txt"
-        requests_file.write_text("\n".join(lines) + "\n")
-        script = Path(tmp) / "apply.lua"
-        script.write_text(_WRK_LUA % requests_file)
-        done = subprocess.run(
-            [
-                _bench.ensure_wrk(),
-                "-t1",
-                f"-c{connections}",
-                f"-d{seconds}s",
-                "--latency",
-                "--timeout",
-                "10s",
-                "-s",
-                str(script),
-                f"http://127.0.0.1:{port}",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    out = done.stdout
-    if done.stderr.strip():
-        sys.stderr.write(done.stderr[-2000:])
-    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    lua = lambda data: _WRK_LUA % data  # noqa: E731 - the script around the requests' file
+    out = _bench.run_wrk(port, lua, lines, seconds=seconds, connections=connections, timeout="10s")
     return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
-        "non200": _bench.non2xx(out) + sum(map(int, socket_errors.groups() if socket_errors else ())),
-        "p50_ms": _bench._ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
-        "p99_ms": _bench._ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
+        "rps": _bench.wrk_rps(out),
+        "non200": _bench.non2xx(out) + _bench.socket_errors(out),
+        **_bench.wrk_latency(out),
     }
 
 

@@ -250,9 +250,14 @@ class PrivateStack:
         self.redis.start()
         # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit/replay.py).
         declare_complete(self.redis.client())
+        return self.launch(base / "stack", self.pg.url(database), self.redis.url, *demo_args, **env)
+
+    def launch(self, run_dir: Path, database_url: str, redis_url: str, *demo_args: str, **env: str) -> dict:
+        """The stack on `database_url` and `redis_url` (migrated, `manage.py demo <demo_args>` loaded) on
+        a free block of ports, its files in `run_dir`; the demo world's JSON (its last line)."""
         self.port = free_block()
-        self.run_dir = base / "stack"
-        self.env = stack_environment(self.pg.url(database), self.redis.url, self.port, self.run_dir) | env
+        self.run_dir = run_dir
+        self.env = stack_environment(database_url, redis_url, self.port, self.run_dir) | env
         for args in (("migrate", "--noinput", "-v", "0"), ("demo", *demo_args)):
             done = manage(self.env, *args)
         self.book = Book(self.env["DATABASE_URL"])
@@ -270,11 +275,13 @@ class PrivateStack:
         )
 
     def stop(self) -> None:
-        for step in (
-            lambda: self.supervisor.stop(),
-            lambda: self.book.close(),
-            lambda: self.redis.destroy(),
-            lambda: self.pg.destroy(),
-        ):
+        self.stop_programs()
+        for step in (lambda: self.redis.destroy(), lambda: self.pg.destroy()):
+            with contextlib.suppress(Exception):
+                step()
+
+    def stop_programs(self) -> None:
+        """The stack's programs stopped and the book closed (the servers they ran on left as they are)."""
+        for step in (lambda: self.supervisor.stop(), lambda: self.book.close()):
             with contextlib.suppress(Exception):
                 step()

@@ -1,3 +1,9 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tests.support.assertions import assert_error
@@ -23,32 +29,34 @@ def test_bad_signature_refused(signed_client):
     assert_error(signed_client.get("/openapi/v1/api-keys", signature="0" * 64), -1022, 401)
 
 
-def _database_settings(**environ: str) -> dict:
-    """settings.base's DATABASES['default'] for PostgreSQL under the given environment."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
+def _run_with_settings(code: str, **environ: str) -> subprocess.CompletedProcess:
+    """`python -c code` in a process of its own on exchange.settings.base, with the environment's DB_
+    and CONN_ variables replaced by `environ` (DATABASE_URL a placeholder unless given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "CONN_"))}
     env.update(DATABASE_URL="postgres://u:p@127.0.0.1:5432/db", DJANGO_SETTINGS_MODULE="exchange.settings.base")
     env.update(environ)
+    return subprocess.run(  # noqa: S603 - this interpreter, our own arguments
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _database_settings(**environ: str) -> dict:
+    """settings.base's DATABASES['default'] for PostgreSQL under the given environment."""
     code = (
         "import json; from exchange.settings import base; d = base.DATABASES['default']; "
         "pool = d.get('OPTIONS', {}).get('pool'); "
         "print(json.dumps({'conn_max_age': d['CONN_MAX_AGE'], 'health': d.get('CONN_HEALTH_CHECKS'), "
         "'pool': pool and {k: (v if not callable(v) else v.__name__) for k, v in pool.items()}}))"
     )
-    out = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return json.loads(out)
+    done = _run_with_settings(code, **environ)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 def test_postgresql_connections_are_pooled_and_bounded_by_default():
@@ -83,33 +91,18 @@ def test_a_pooled_connection_with_health_checks_opens_and_checks_each_borrow(set
     """With the pool and DB_HEALTH_CHECKS on, a process connects, and its pool checks a connection
     before lending it (a "check" of our own in the pool's options as well failed every connect with
     `ConnectionPool() got multiple values for keyword argument 'check'`)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     db = settings.DATABASES["default"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DB_", "CONN_"))}
-    env.update(
-        DATABASE_URL=f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        DJANGO_SETTINGS_MODULE="exchange.settings.base",
-        DB_HEALTH_CHECKS="true",
-        DB_POOL_MIN_SIZE="0",
-    )
     code = (
         "import django; django.setup(); from django.db import connection; "
         "from psycopg_pool import ConnectionPool; "
         "cursor = connection.cursor(); cursor.execute('SELECT 41 + 1'); print(cursor.fetchone()[0]); "
         "print(connection.pool._check is ConnectionPool.check_connection)"
     )
-    done = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
-        [sys.executable, "-c", code],
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = _run_with_settings(
+        code,
+        DATABASE_URL=f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        DB_HEALTH_CHECKS="true",
+        DB_POOL_MIN_SIZE="0",
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["42", "True"]

@@ -31,13 +31,8 @@ from exchange.stack.chaos.checks import (
 from exchange.stack.chaos.driver import Chaos
 from exchange.stack.chaos.records import LISTENERS, TRANSFER, Answer, Check, Fault, now, send, tally
 from exchange.stack.lab import cluster, topology
-from exchange.stack.lab.fault import REDIS_DB
-from exchange.stack.layout import Layout
-from exchange.stack.ports import HOST, free_block
-from exchange.stack.private import Book, stack_environment
-from exchange.stack.run import prepare
-from exchange.stack.services import manage
-from exchange.stack.supervisor import Supervisor
+from exchange.stack.lab.fault import OnTheLab
+from exchange.stack.ports import HOST
 
 TRANSFER_CLIENTS = 4
 ACCOUNT = "/openapi/v1/account"
@@ -50,29 +45,17 @@ WATCHED = ("USDT", "PHP")  # the peer's assets its client keeps the sum of
 Inject = Callable[["LabRun", Fault], Awaitable[None]]
 
 
-class LabRun(Chaos):
+class LabRun(OnTheLab, Chaos):
     """The chaos run's load and checks on the lab's stack (not a private PostgreSQL and Redis)."""
 
-    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
-        from exchange.stack.lab.fault import fresh
+    STACK_DIR = topology.LAB_DIR / "stack"
 
-        self.port = free_block()
-        self.run_dir = topology.LAB_DIR / "stack"
-        app = topology.app_env(REDIS_DB)
-        self.env = stack_environment(app["DATABASE_URL"], app["REDIS_URL"], self.port, self.run_dir) | app
-        fresh(self.env)
-        for args in (("migrate", "--noinput", "-v", "0"), ("demo", *demo_args)):
-            done = manage(self.env, *args)
-        self.book = Book(self.env["DATABASE_URL"])
-        self.layout = Layout.from_env(self.env, port=self.port, run_dir=self.run_dir)
-        self.supervisor = Supervisor(
-            prepare(self.env, self.layout), self.env, self.run_dir, log=self.run_dir / "stack.log"
-        )
-        self.supervisor.start()
+    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
+        world = super().start_stack(base, database, *demo_args)
         self.conversions: dict[str, dict] = {}  # quoteId -> the quote's amounts and the accept's answer
         self.replays: list[str] = []
         self.extra_peer: list[tuple[str, Decimal]] = []  # other acknowledged movements of the peer's USDT
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return world
 
     def describe(self) -> str:
         return (
@@ -80,11 +63,6 @@ class LabRun(Chaos):
             f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
             f"PostgreSQL primary {cluster.pg_leader().name}, Redis primary {cluster.redis_primary()} (the lab)"
         )
-
-    def stop(self) -> None:
-        for step in (lambda: self.supervisor.stop(), lambda: self.book.close()):
-            with contextlib.suppress(Exception):
-                step()
 
     # --- the peer's view of its money ----------------------------------------------------------------
 

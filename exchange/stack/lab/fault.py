@@ -36,6 +36,24 @@ def fresh(env: dict[str, str]) -> None:
     declare_complete(primary)
 
 
+class OnTheLab:
+    """A PrivateStack's run (the chaos run, the simulation) with its stack on the lab's PostgreSQL and
+    Redis, through Patroni's multi-host URL and Sentinel, instead of private servers: a fresh
+    application database and Redis database each time; `stop` leaves the lab up."""
+
+    STACK_DIR: Path | None = None  # where the stack's files go; None: the run's own directory
+
+    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
+        self.base = base
+        app = topology.app_env(REDIS_DB)
+        fresh(app)
+        run_dir = self.STACK_DIR or base / "stack"
+        return self.launch(run_dir, app["DATABASE_URL"], app["REDIS_URL"], *demo_args, **(app | env))
+
+    def stop(self) -> None:
+        self.stop_programs()
+
+
 def postgres_pids(host: topology.Host) -> list[int]:
     """Patroni and every PostgreSQL process in `host`'s namespace (not its etcd member)."""
     found = []

@@ -9,21 +9,13 @@ fault runs to its end, its host brought back, before the next starts. The end ch
 
 from __future__ import annotations
 
-import contextlib
 import random
-from pathlib import Path
 
 from exchange.stack.chaos.records import Answer, Fault, now
-from exchange.stack.lab import cluster, topology
-from exchange.stack.lab.fault import REDIS_DB, fresh
-from exchange.stack.layout import Layout
-from exchange.stack.ports import free_block
-from exchange.stack.private import Book, stack_environment
-from exchange.stack.run import prepare
-from exchange.stack.services import manage
+from exchange.stack.lab import cluster
+from exchange.stack.lab.fault import OnTheLab
 from exchange.stack.simulation.driver import Simulation
 from exchange.stack.simulation.plan import FIRST_FAULT_SECONDS, QUIET_END_SECONDS
-from exchange.stack.supervisor import Supervisor
 
 LAB_FAULTS = ("pg-kill", "pg-cut", "redis-kill", "sentinel-cut", "rolling")
 OWN_FAULTS = ("worker_kill", "worker_children_kill")
@@ -47,41 +39,17 @@ def lab_is_up() -> bool:
     return cluster.pg_leader() is not None and cluster.redis_primary() is not None
 
 
-class LabSimulation(Simulation):
+class LabSimulation(OnTheLab, Simulation):
     def __init__(self, seed: int, minutes: float, customers: int, out) -> None:
         super().__init__(seed, minutes, customers, out)
         self.fault_plan = lab_fault_plan(seed, minutes)
         self.heals: list = []
-
-    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
-        import json
-
-        self.base = base
-        self.port = free_block()
-        self.run_dir = base / "stack"
-        app = topology.app_env(REDIS_DB)
-        self.env = stack_environment(app["DATABASE_URL"], app["REDIS_URL"], self.port, self.run_dir) | app | env
-        fresh(self.env)  # the lab's application database and Redis database emptied
-        for args in (("migrate", "--noinput", "-v", "0"), ("demo", *demo_args)):
-            done = manage(self.env, *args)
-        self.book = Book(self.env["DATABASE_URL"])
-        self.layout = Layout.from_env(self.env, port=self.port, run_dir=self.run_dir)
-        self.supervisor = Supervisor(
-            prepare(self.env, self.layout), self.env, self.run_dir, log=self.run_dir / "stack.log"
-        )
-        self.supervisor.start()
-        return json.loads(done.stdout.strip().splitlines()[-1])
 
     def describe(self) -> str:
         return (
             f"stack on the lab, port {self.port}: PostgreSQL primary {cluster.pg_leader().name} (Patroni), "
             f"Redis primary {cluster.redis_primary()} (Sentinel); faults {[n for _, n in self.fault_plan]}"
         )
-
-    def stop(self) -> None:
-        for step in (lambda: self.supervisor.stop(), lambda: self.book.close()):
-            with contextlib.suppress(Exception):
-                step()
 
     async def fault(self, name: str) -> dict:
         if name not in LAB_FAULTS:
