@@ -15,6 +15,12 @@ def _open_ledger_account(sender, instance, created, **kwargs) -> None:
         LedgerAccount.objects.get_or_create(user=instance)
 
 
+def _mark_written(result) -> None:
+    from exchange.runtime import replicas
+
+    replicas.mark_written(balance.account_id for balance in result.balances)
+
+
 def _seed(**kwargs) -> None:
     from accounts.seed import seed_defaults
 
@@ -29,6 +35,7 @@ class AccountsConfig(AppConfig):
         from accounts import controls
         from accounts.keyring import keyrings
         from accounts.ledger import errors as ledger_errors
+        from accounts.ledger.posting import after_commit_listeners
         from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
         from exchange.api import auth, errors
         from exchange.runtime.ttlcache import clear_all
@@ -51,6 +58,10 @@ class AccountsConfig(AppConfig):
         for model in (ApiKey, User):
             post_save.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-save-{model.__name__}")
             post_delete.connect(_invalidate_keyring, sender=model, dispatch_uid=f"keyring-delete-{model.__name__}")
+        # The replicas' sticky rule (exchange/runtime/replicas.py): an account that posted reads its
+        # history on the primary for a while. Does nothing without a replica configured.
+        if _mark_written not in after_commit_listeners:
+            after_commit_listeners.append(_mark_written)
         # Reference data cached per process (exchange/runtime/ttlcache.py): a save here clears it at once.
         for model in (Asset, LimitTier, TierLimit):
             label = f"accounts.{model.__name__}"

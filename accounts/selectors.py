@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db import connection
+from django.db import connections
 from django.db.models import F, Max, Sum
 from django.utils import timezone
 
@@ -21,6 +21,7 @@ from accounts.limits import (
     snapshot_join_params,
 )
 from accounts.models import Asset, Balance, Entry, Posting, User
+from exchange.runtime import replicas
 
 
 def api_key_list(*, user: User) -> tuple[KeyRecord, ...]:
@@ -138,14 +139,16 @@ class HistoryPage:
 POSTING_TIME_MARGIN = timedelta(hours=1)
 
 
-def posting_id_bounds(start: datetime, end: datetime) -> tuple[int | None, int | None]:
+def posting_id_bounds(
+    start: datetime, end: datetime, *, using: str = replicas.PRIMARY
+) -> tuple[int | None, int | None]:
     """Posting ids (lower, upper), exclusive, that every posting created within [start, end] lies
     between (None: no bound): the last posting created before start - margin, the first created
     after end + margin (two look-ups on the created_at index). Both were given their ids more than
     a margin's worth of clock away from any posting of the window, so on the right side of it.
     The upper bound is only sought among postings dated up to now, and only when end + margin is
     past: a posting dated in the future by a wrong clock is never taken for one."""
-    postings = Posting.objects.values_list("id", flat=True)
+    postings = Posting.objects.using(using).values_list("id", flat=True)
     try:
         before = start - POSTING_TIME_MARGIN
     except OverflowError:  # the first representable hour: nothing is before it
@@ -167,17 +170,26 @@ def transaction_history(
 ) -> HistoryPage:
     """The account's postings in `asset` within [start, end], oldest first, with their signed net
     change (a hold from free to locked changes nothing and is not listed). The account's entries
-    are read from the id range of the window (posting_id_bounds), not from its first posting on."""
+    are read from the id range of the window (posting_id_bounds), not from its first posting on.
+    May come from the replica (exchange/runtime/replicas.py) unless the account posted lately."""
+
+    def read(alias: str) -> HistoryPage:
+        return _history_page(alias, user, asset, start, end, page, size)
+
+    return replicas.history_read(read, account_ids=[user.pk])
+
+
+def _history_page(alias, user, asset, start, end, page, size) -> HistoryPage:
     offset = (page - 1) * size
-    entries = Entry.objects.filter(
+    entries = Entry.objects.using(alias).filter(
         account=user, asset=asset, posting__created_at__gte=start, posting__created_at__lte=end
     )
-    lower, upper = posting_id_bounds(start, end)
+    lower, upper = posting_id_bounds(start, end, using=alias)
     if lower is not None:
         entries = entries.filter(posting_id__gt=lower)
     if upper is not None:
         entries = entries.filter(posting_id__lt=upper)
-    if connection.vendor == "postgresql":
+    if connections[alias].vendor == "postgresql":
         rows = list(
             entries.values("posting_id", "posting__kind", "posting__created_at")
             .annotate(changed=Sum(F("side") * F("amount")))

@@ -131,7 +131,7 @@ def house_history(connection) -> None:
         "last 7 days": (now - timedelta(days=7), now),
         "7 days from 30 days ago": (now - timedelta(days=30), now - timedelta(days=23)),
     }
-    unbounded = lambda start, end: (None, None)  # noqa: E731 - the history before the bounds
+    unbounded = lambda start, end, using="default": (None, None)  # noqa: E731 - the history before the bounds
     for name, (start, end) in windows.items():
         figures = {}
         for label, bounds in (("bounded", selectors.posting_id_bounds), ("unbounded", unbounded)):

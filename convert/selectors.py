@@ -12,6 +12,7 @@ from accounts import ledger
 from accounts.ledger.models import Balance
 from accounts.models import SystemRole
 from convert.models import Market, Order, Pair
+from exchange.runtime import replicas
 
 
 def pairs_enabled() -> list[Pair]:
@@ -33,8 +34,17 @@ def order_history(
     page: int = 1,
     size: int = 10,
 ) -> OrderPage:
-    """The account's orders, oldest first; `total` counts every order the filters match."""
-    orders = Order.objects.filter(user_id=user_id)
+    """The account's orders, oldest first; `total` counts every order the filters match. May come from
+    the replica (exchange/runtime/replicas.py): an account that just accepted a quote reads the primary."""
+
+    def read(alias: str) -> OrderPage:
+        return _order_page(alias, user_id, start, end, status, page, size)
+
+    return replicas.history_read(read, account_ids=[user_id])
+
+
+def _order_page(alias, user_id, start, end, status, page, size) -> OrderPage:
+    orders = Order.objects.using(alias).filter(user_id=user_id)
     if start is not None:
         orders = orders.filter(created_at__gte=start)
     if end is not None:

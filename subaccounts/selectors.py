@@ -12,6 +12,7 @@ from accounts.models import User
 from accounts.selectors import AssetBalance, balance_rows
 from exchange.api.errors import EndTimeBeforeStartTime, PeriodTooLong
 from exchange.api.timewindow import from_ms, shift
+from exchange.runtime import replicas
 from subaccounts import addresses
 from subaccounts.models import FundCollection, SubAccountTransfer
 
@@ -68,6 +69,14 @@ class TransferPage:
     total: int
 
 
+def _family(master_id: int):
+    """The master and its sub-accounts: a transfer between two sub-accounts posts on neither the
+    master's account nor the caller's, yet the master's history lists it. Read on the primary (a
+    sub-account just created), and only when a replica is configured (history_alias asks)."""
+    yield master_id
+    yield from User.objects.using(replicas.PRIMARY).filter(master_id=master_id).values_list("pk", flat=True)
+
+
 def _page(rows, *, page: int, limit: int) -> TransferPage:
     total = rows.count()
     skip = (page - 1) * limit
@@ -94,8 +103,25 @@ def universal_transfer_history(
     limit: int,
 ) -> TransferPage:
     """The family's transfers (universal and sub-to-master) from `from_account` (or to
-    `to_account`), oldest first, in [start, end)."""
-    rows = SubAccountTransfer.objects.filter(master_id=master.pk, created_at__gte=start, created_at__lt=end)
+    `to_account`), oldest first, in [start, end). May come from the replica unless anyone of the
+    family posted lately (exchange/runtime/replicas.py); a look-up by clientTranId reads the primary."""
+
+    def read(alias: str) -> TransferPage:
+        return _universal_page(
+            alias, master, from_account, to_account, client_tran_id, asset_code, start, end, page, limit
+        )
+
+    if client_tran_id is not None:
+        return read(replicas.PRIMARY)
+    return replicas.history_read(read, account_ids=_family(master.pk))
+
+
+def _universal_page(
+    alias, master, from_account, to_account, client_tran_id, asset_code, start, end, page, limit
+) -> TransferPage:
+    rows = SubAccountTransfer.objects.using(alias).filter(
+        master_id=master.pk, created_at__gte=start, created_at__lt=end
+    )
     if from_account is not None:
         rows = rows.filter(from_account_id=from_account.pk)
     if to_account is not None:
@@ -122,9 +148,23 @@ def sub_transfer_history(
     page: int,
     limit: int,
 ) -> TransferPage:
-    """The sub-account's transfers in its family: received (TRANSFERS_IN) or sent (TRANSFERS_OUT)."""
+    """The sub-account's transfers in its family: received (TRANSFERS_IN) or sent (TRANSFERS_OUT).
+    May come from the replica unless the sub-account posted lately (every transfer it is a side of
+    posts on it); a look-up by clientTranId reads the primary."""
+
+    def read(alias: str) -> TransferPage:
+        return _sub_page(alias, sub, direction, asset_code, client_tran_id, start, end, page, limit)
+
+    if client_tran_id is not None:
+        return read(replicas.PRIMARY)
+    return replicas.history_read(read, account_ids=[sub.pk])
+
+
+def _sub_page(alias, sub, direction, asset_code, client_tran_id, start, end, page, limit) -> TransferPage:
     side = Q(to_account_id=sub.pk) if direction == TRANSFERS_IN else Q(from_account_id=sub.pk)
-    rows = SubAccountTransfer.objects.filter(side, master_id=sub.master_id, created_at__gte=start, created_at__lt=end)
+    rows = SubAccountTransfer.objects.using(alias).filter(
+        side, master_id=sub.master_id, created_at__gte=start, created_at__lt=end
+    )
     if asset_code is not None:
         rows = rows.filter(asset__code=asset_code)
     if client_tran_id is not None:
@@ -136,7 +176,9 @@ def sub_transfer_history(
 
 
 def fund_collection_list(*, master: User, client_request_id: str | None, page: int, size: int) -> list[FundCollection]:
-    """`master`'s collection tasks, oldest first; `client_request_id` narrows to one."""
+    """`master`'s collection tasks, oldest first; `client_request_id` narrows to one. Always on the
+    primary: the collect call writes its task without a posting, so the replicas' sticky rule would
+    not see it (docs/scaling.md)."""
     rows = FundCollection.objects.filter(master_id=master.pk).order_by("id")
     if client_request_id is not None:
         rows = rows.filter(client_request_id=client_request_id)

@@ -8,6 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 
 from accounts.models import Asset, Balance, User
+from exchange.runtime import replicas
 from wallet.models import Deposit, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 
@@ -53,9 +54,23 @@ def deposit_list(
     limit: int,
     deposit_id: str | None = None,
 ) -> list[Deposit]:
-    """`user`'s deposits inserted within [start, end], oldest first, with their network and coin."""
-    deposits = Deposit.objects.select_related("network__coin").filter(
-        account=user, inserted_at__gte=start, inserted_at__lte=end
+    """`user`'s deposits inserted within [start, end], oldest first, with their network and coin.
+    The list may come from the replica (exchange/runtime/replicas.py); a look-up by transaction or
+    deposit id reads the primary."""
+
+    def read(alias: str) -> list[Deposit]:
+        return _deposits(alias, user, coin, tx_id, statuses, start, end, offset, limit, deposit_id)
+
+    if tx_id or deposit_id is not None:
+        return read(replicas.PRIMARY)
+    return replicas.history_read(read, account_ids=[user.pk])
+
+
+def _deposits(alias, user, coin, tx_id, statuses, start, end, offset, limit, deposit_id) -> list[Deposit]:
+    deposits = (
+        Deposit.objects.using(alias)
+        .select_related("network__coin")
+        .filter(account=user, inserted_at__gte=start, inserted_at__lte=end)
     )
     if coin:
         deposits = deposits.filter(network__coin__code=coin)
@@ -84,9 +99,22 @@ def withdrawal_list(
     limit: int,
 ) -> list[Withdrawal]:
     """`user`'s withdrawals applied within [start, end], oldest first, with their network and coin.
-    `status` is the spec's (0 processing, 1 success, 2 failed)."""
-    withdrawals = Withdrawal.objects.select_related("network__coin").filter(
-        account=user, applied_at__gte=start, applied_at__lte=end
+    `status` is the spec's (0 processing, 1 success, 2 failed). The list may come from the replica;
+    a look-up by withdrawOrderId reads the primary (the id `withdraw/apply` just answered)."""
+
+    def read(alias: str) -> list[Withdrawal]:
+        return _withdrawals(alias, user, coin, withdraw_order_id, status, start, end, offset, limit)
+
+    if withdraw_order_id:
+        return read(replicas.PRIMARY)
+    return replicas.history_read(read, account_ids=[user.pk])
+
+
+def _withdrawals(alias, user, coin, withdraw_order_id, status, start, end, offset, limit) -> list[Withdrawal]:
+    withdrawals = (
+        Withdrawal.objects.using(alias)
+        .select_related("network__coin")
+        .filter(account=user, applied_at__gte=start, applied_at__lte=end)
     )
     if coin:
         withdrawals = withdrawals.filter(network__coin__code=coin)

@@ -222,6 +222,34 @@ else:
     if env.bool("DB_PREPARED_STATEMENTS", default=True):
         DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
 DATABASES["default"]["ATOMIC_REQUESTS"] = False  # services own their transactions
+
+# --- Reads of history on a replica (docs/scaling.md, "Reads of history on replicas") ---------------
+# DATABASE_REPLICA_URL: a hot standby (or every node, libpq multi-host with
+# target_session_attrs=prefer-standby) that the history selectors may read through
+# exchange/runtime/replicas.py; unset, every query stays on the primary. The alias is never written
+# to, never migrated, and read only where a selector asks for it (no router).
+DATABASE_REPLICA_URL = env.str("DATABASE_REPLICA_URL", default="")
+# The lag guard: the replica is read only while its replay lag is below this (seconds), looked at
+# once per REPLICA_CHECK_SECONDS per process; a replica that fails is skipped REPLICA_DOWN_SECONDS.
+REPLICA_MAX_LAG_SECONDS = env.float("REPLICA_MAX_LAG_SECONDS", default=5.0)
+REPLICA_CHECK_SECONDS = env.float("REPLICA_CHECK_SECONDS", default=1.0)
+REPLICA_DOWN_SECONDS = env.float("REPLICA_DOWN_SECONDS", default=5.0)
+# The sticky rule: an account that posted within this many seconds reads its history on the primary.
+# Never below the lag bound plus the check interval, or an account could miss its own write.
+REPLICA_STICKY_SECONDS = max(
+    env.float("REPLICA_STICKY_SECONDS", default=0.0), REPLICA_MAX_LAG_SECONDS + REPLICA_CHECK_SECONDS
+)
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = env.db_url_config(DATABASE_REPLICA_URL)
+    DATABASES["replica"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
+    if "pool" in DATABASES["default"].get("OPTIONS", {}):
+        DATABASES["replica"]["OPTIONS"]["pool"] = dict(DATABASES["default"]["OPTIONS"]["pool"])
+        DATABASES["replica"]["CONN_MAX_AGE"] = 0
+    else:
+        DATABASES["replica"]["CONN_MAX_AGE"] = DATABASES["default"].get("CONN_MAX_AGE", 0)
+    DATABASES["replica"]["ATOMIC_REQUESTS"] = False
+    # Tests never create or flush it: it shows the primary's test database through replication.
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "accounts.User"

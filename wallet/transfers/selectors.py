@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from accounts.models import User
+from exchange.runtime import replicas
 from wallet.models import Transfer
 
 _ID = re.compile(r"[0-9]{1,18}")
@@ -28,8 +29,8 @@ class TransferPage:
 NO_TRANSFERS = TransferPage(transfers=(), total_count=0, next_page=None, previous_page=None)
 
 
-def _visible(user: User):
-    return Transfer.objects.select_related("asset", "sender").filter(Q(sender=user) | Q(recipient=user))
+def _visible(user: User, alias: str = replicas.PRIMARY):
+    return Transfer.objects.using(alias).select_related("asset", "sender").filter(Q(sender=user) | Q(recipient=user))
 
 
 def transfer_get(
@@ -51,8 +52,20 @@ def transfer_list(
     to_user: User | None = None,
 ) -> TransferPage:
     """The transfers `user` sent or received (optionally only those with `client_transfer_id`, from
-    `from_user` or to `to_user`), page `page` of `per_page`."""
-    transfers = _visible(user)
+    `from_user` or to `to_user`), page `page` of `per_page`. The list may come from the replica
+    (exchange/runtime/replicas.py); a look-up by `client_transfer_id` reads the primary: it is how a
+    client finds out whether a transfer it got no answer for was made."""
+
+    def read(alias: str) -> TransferPage:
+        return _transfer_page(alias, user, page, per_page, client_transfer_id, from_user, to_user)
+
+    if client_transfer_id is not None:
+        return read(replicas.PRIMARY)
+    return replicas.history_read(read, account_ids=[user.pk])
+
+
+def _transfer_page(alias, user, page, per_page, client_transfer_id, from_user, to_user) -> TransferPage:
+    transfers = _visible(user, alias)
     if client_transfer_id is not None:
         transfers = transfers.filter(client_transfer_id=client_transfer_id)
     if from_user is not None:
