@@ -67,6 +67,11 @@ fi
 if [ "$(psql_admin -c "SELECT 1 FROM pg_roles WHERE rolname = '$PG_USER'")" != "1" ]; then
   psql_admin -c "CREATE ROLE $PG_USER LOGIN CREATEDB PASSWORD '$PG_PASSWORD'"
 fi
+# The tests of reads on a replica copy this server with pg_basebackup as this role (tests/support/replica.py);
+# Debian's pg_hba.conf already lets local replication connections in with a password.
+if [ "$(psql_admin -c "SELECT rolreplication FROM pg_roles WHERE rolname = '$PG_USER'")" != "t" ]; then
+  psql_admin -c "ALTER ROLE $PG_USER REPLICATION"
+fi
 if [ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != "1" ]; then
   psql_admin -c "CREATE DATABASE $PG_DB OWNER $PG_USER"
 fi

@@ -1,0 +1,185 @@
+"""Reads of history on a replica (exchange/runtime/replicas.py, docs/scaling.md), against a real
+streaming replica of the test PostgreSQL (tests/support/replica.py).
+
+Each test pauses the standby's replay (`pg_wal_replay_pause()`) so that what a read answers says
+which database answered it: the standby's copy lacks the last write, the primary has it."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import pytest
+from django.db import connections, transaction
+
+from exchange.runtime import redis_clients, replicas
+from tests.support.factories import TransferFactory, UserFactory, customer
+from tests.support.replica import remove_replica, start_replica
+from tests.support.waiting import wait_until
+
+pytestmark = [
+    # One standby per module and worker: the module's tests stay on one worker.
+    pytest.mark.xdist_group("replica"),
+    pytest.mark.django_db(transaction=True, databases=["default", replicas.REPLICA]),
+]
+
+V3 = "/openapi/transfer/v3/transfers"
+
+
+@pytest.fixture(scope="module")
+def standby(django_db_setup, django_db_blocker):
+    """A hot standby of the test database, as the alias `replica` for this module's tests only (the
+    rest of the run has no replica: every read on the primary, as without DATABASE_REPLICA_URL)."""
+    primary = connections["default"].settings_dict
+    server = start_replica(
+        host=primary["HOST"] or "127.0.0.1",
+        port=int(primary["PORT"] or 5432),
+        user=primary["USER"],
+        password=primary["PASSWORD"],
+        dbname=primary["NAME"],
+    )
+    alias = {
+        **primary,
+        "HOST": server.host,
+        "PORT": str(server.port),
+        "OPTIONS": {"connect_timeout": 2},
+        "TEST": {**primary.get("TEST", {}), "MIRROR": "default"},
+    }
+    connections.settings[replicas.REPLICA] = alias
+    try:
+        yield server
+    finally:
+        connections[replicas.REPLICA].close()
+        del connections.settings[replicas.REPLICA]
+        if hasattr(connections._connections, replicas.REPLICA):
+            delattr(connections._connections, replicas.REPLICA)
+        replicas.forget()
+        remove_replica(server)
+
+
+@pytest.fixture
+def replica(standby, settings):
+    """The standby, replaying, with no account marked as having written; the lag guard looks at
+    every read (REPLICA_CHECK_SECONDS 0) and allows any lag unless the test lowers it."""
+    settings.REPLICA_CHECK_SECONDS = 0.0
+    settings.REPLICA_MAX_LAG_SECONDS = 3600.0
+    settings.REPLICA_STICKY_SECONDS = 30.0
+    settings.REPLICA_DOWN_SECONDS = 5.0
+    replicas.forget()
+    resume(standby)
+    forget_writes()
+    yield standby
+    if standby.process.poll() is not None:
+        standby.start()
+    resume(standby)
+    connections[replicas.REPLICA].close()
+    replicas.forget()
+
+
+def pause(standby) -> None:
+    """Replay stops once everything written so far is replayed."""
+    caught_up(standby)
+    with standby.connect_as_superuser() as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+        wait_until(lambda: conn.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()[0] == "paused")
+
+
+def resume(standby) -> None:
+    with standby.connect_as_superuser() as conn:
+        conn.execute("SELECT pg_wal_replay_resume()")
+
+
+def caught_up(standby) -> None:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_lsn()::text")
+        target = cursor.fetchone()[0]
+    with standby.connect() as conn:
+        wait_until(lambda: conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [target]).fetchone()[0])
+
+
+def forget_writes() -> None:
+    """No account has written lately, as far as the sticky rule knows."""
+    client = redis_clients.client()
+    keys = list(client.scan_iter(match=f"{replicas.STICKY_PREFIX}*"))
+    if keys:
+        client.delete(*keys)
+
+
+def listed_ids(client) -> list[int]:
+    response = client.get(V3)
+    assert response.status_code == 200, response.content
+    return [int(row["id"]) for row in response.json()["transfers"]]
+
+
+def two_transfers(standby):
+    """Alice's first transfer is on both databases; her second, made with replay paused, only on
+    the primary."""
+    alice = customer(funding={"USDT": "10"})
+    bob = UserFactory()
+    first = TransferFactory(sender=alice.user, recipient=bob, amount=Decimal(1), funded=False)
+    pause(standby)
+    second = TransferFactory(sender=alice.user, recipient=bob, amount=Decimal(2), funded=False, client_transfer_id="c2")
+    return alice, first, second
+
+
+def test_a_history_list_is_read_from_the_replica(replica):
+    alice, first, second = two_transfers(replica)
+    forget_writes()  # alice has not written lately
+
+    assert listed_ids(alice.client) == [first.pk]  # the standby's copy: its replay is paused
+    # A look-up by client id reads the primary (a client resolving an unknown outcome).
+    found = alice.client.get(V3, {"client_transfer_id": "c2"})
+    assert [int(row["id"]) for row in found.json()["transfers"]] == [second.pk]
+    resume(replica)
+    caught_up(replica)
+    assert listed_ids(alice.client) == [first.pk, second.pk]
+
+
+def test_the_journal_history_is_read_from_the_replica(replica):
+    alice, first, second = two_transfers(replica)
+    forget_writes()
+    response = alice.client.get("/openapi/v1/asset/transaction/history", {"tokenId": "USDT"})
+    assert response.status_code == 200, response.content
+    # funding, the first transfer; not the second (paused replay)
+    assert len(response.json()["transactions"]) == 2, response.json()
+
+
+def test_an_account_that_just_wrote_reads_its_history_on_the_primary(replica):
+    alice, first, second = two_transfers(replica)  # the second transfer marked alice (and bob)
+    assert listed_ids(alice.client) == [first.pk, second.pk]
+    # Without the mark the same read is the standby's (the test above): the mark made the difference.
+    forget_writes()
+    assert listed_ids(alice.client) == [first.pk]
+
+
+def test_a_lagging_replica_is_not_read(replica, settings):
+    settings.REPLICA_MAX_LAG_SECONDS = 1.0
+    alice, first, second = two_transfers(replica)
+    forget_writes()
+    time.sleep(1.5)  # the standby has received the second transfer and not replayed it for 1.5 s
+    assert listed_ids(alice.client) == [first.pk, second.pk]
+    assert replicas._health.lag > 1.0
+    settings.REPLICA_MAX_LAG_SECONDS = 3600.0  # the same read with the guard's bound out of the way
+    assert listed_ids(alice.client) == [first.pk]
+
+
+def test_a_replica_that_is_down_leaves_reads_to_the_primary(replica, settings):
+    settings.REPLICA_CHECK_SECONDS = 3600.0  # the guard's last look (usable) stands while it goes down
+    alice, first, second = two_transfers(replica)
+    forget_writes()
+    assert listed_ids(alice.client) == [first.pk]  # the standby answered; the guard remembers it usable
+    replica.stop()
+    # The read on the replica fails: it runs again on the primary, and the replica is skipped.
+    assert listed_ids(alice.client) == [first.pk, second.pk]
+    assert not replicas._health.usable
+    replicas.forget()  # the guard looks again: the replica does not answer
+    assert listed_ids(alice.client) == [first.pk, second.pk]
+    assert replicas.history_alias([alice.user.pk]) == replicas.PRIMARY
+
+
+def test_a_read_inside_a_transaction_is_the_primarys(replica):
+    alice, first, second = two_transfers(replica)
+    forget_writes()
+    assert replicas.history_alias([alice.user.pk]) == replicas.REPLICA
+    with transaction.atomic():
+        assert replicas.history_alias([alice.user.pk]) == replicas.PRIMARY
