@@ -7,15 +7,30 @@ which database answered it: the standby's copy lacks the last write, the primary
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.db import connections, transaction
+from django.utils import timezone
 
+from convert import selectors as convert_selectors
 from exchange.runtime import redis_clients, replicas
-from tests.support.factories import TransferFactory, UserFactory, customer
+from subaccounts import selectors as subaccount_selectors
+from tests.support.factories import (
+    DepositFactory,
+    OrderFactory,
+    SubAccountTransferFactory,
+    TransferFactory,
+    UserFactory,
+    WithdrawalFactory,
+    convert_markets,
+    customer,
+    sub_account,
+)
 from tests.support.replica import remove_replica, start_replica
 from tests.support.waiting import wait_until
+from wallet import selectors as wallet_selectors
 
 pytestmark = [
     # One standby per module and worker: the module's tests stay on one worker.
@@ -136,7 +151,7 @@ def test_a_history_list_is_read_from_the_replica(replica):
 
 
 def test_the_journal_history_is_read_from_the_replica(replica):
-    alice, first, second = two_transfers(replica)
+    alice, _, _ = two_transfers(replica)
     forget_writes()
     response = alice.client.get("/openapi/v1/asset/transaction/history", {"tokenId": "USDT"})
     assert response.status_code == 200, response.content
@@ -178,8 +193,98 @@ def test_a_replica_that_is_down_leaves_reads_to_the_primary(replica, settings):
 
 
 def test_a_read_inside_a_transaction_is_the_primarys(replica):
-    alice, first, second = two_transfers(replica)
+    alice, _, _ = two_transfers(replica)
     forget_writes()
     assert replicas.history_alias([alice.user.pk]) == replicas.REPLICA
     with transaction.atomic():
         assert replicas.history_alias([alice.user.pk]) == replicas.PRIMARY
+
+
+def _window() -> dict:
+    now = timezone.now()
+    return {"start": now - timedelta(days=1), "end": now + timedelta(minutes=1)}
+
+
+def _deposits(user):
+    def read():
+        return wallet_selectors.deposit_list(
+            user=user, coin=None, tx_id=None, statuses=None, offset=0, limit=100, **_window()
+        )
+
+    return lambda: DepositFactory(account=user), read
+
+
+def _withdrawals(user):
+    def read():
+        return wallet_selectors.withdrawal_list(
+            user=user, coin=None, withdraw_order_id=None, status=None, offset=0, limit=100, **_window()
+        )
+
+    return lambda: WithdrawalFactory(account=user), read
+
+
+def _conversions(user):
+    convert_markets()
+
+    def read():
+        return convert_selectors.order_history(user_id=user.pk, size=100).orders
+
+    return lambda: OrderFactory(user=user), read
+
+
+def _family_transfers(master, **page) -> list:
+    return subaccount_selectors.universal_transfer_history(
+        master=master, from_account=None, to_account=None, client_tran_id=None, asset_code=None, **page, **_window()
+    ).transfers
+
+
+def _universal_transfers(user):
+    sub = sub_account(user)
+    made = lambda: SubAccountTransferFactory(master=user, target=sub)  # noqa: E731
+    return made, lambda: _family_transfers(user, page=1, limit=100)
+
+
+def _sub_transfers(user):
+    sub = sub_account(user)
+
+    def read():
+        return subaccount_selectors.sub_transfer_history(
+            sub=sub,
+            direction=subaccount_selectors.TRANSFERS_IN,
+            asset_code=None,
+            client_tran_id=None,
+            page=1,
+            limit=100,
+            **_window(),
+        ).transfers
+
+    return lambda: SubAccountTransferFactory(master=user, target=sub), read
+
+
+@pytest.mark.parametrize("history", [_deposits, _withdrawals, _conversions, _universal_transfers, _sub_transfers])
+def test_every_history_of_the_design_is_read_from_the_replica(replica, history, settings):
+    """docs/scaling.md's list: deposits, withdrawals, conversions, the sub-accounts' transfers (the
+    transfers and the journal: the tests above)."""
+    settings.CONVERT_QUOTE_INTERVAL_MS = 0
+    made, read = history(UserFactory())
+    made()
+    pause(replica)
+    made()
+    forget_writes()
+    assert len(read()) == 1  # the standby's copy
+    resume(replica)
+    caught_up(replica)
+    assert len(read()) == 2
+
+
+def test_a_transfer_between_two_sub_accounts_keeps_their_masters_history_on_the_primary(replica):
+    """The posting moves the two sub-accounts, not the master, yet the master's history lists it:
+    the sticky rule asks about the whole family."""
+    master = UserFactory()
+    one, two = sub_account(master), sub_account(master)
+    SubAccountTransferFactory(master=master, source=one, target=two)
+    pause(replica)
+    SubAccountTransferFactory(master=master, source=one, target=two)  # marks one and two
+    assert len(_family_transfers(master, page=1, limit=100)) == 2
+    forget_writes()
+    assert len(_family_transfers(master, page=1, limit=100)) == 1  # without the marks: the standby's

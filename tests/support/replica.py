@@ -184,9 +184,7 @@ def start_replica(*, host: str, port: int, user: str, password: str, dbname: str
     )
     # The socket's directory is the standby's user's alone (0700): only that user (or root) reaches
     # the superuser's line.
-    (directory / "pg_hba.conf").write_text(
-        f"local all {superuser} trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
-    )
+    (directory / "pg_hba.conf").write_text(f"local all {superuser} trust\nhost all all 127.0.0.1/32 scram-sha-256\n")
     (directory / "pg_ident.conf").write_text("")
     if os.geteuid() == 0:
         for path in (directory / "postgresql.conf", directory / "pg_hba.conf", directory / "pg_ident.conf"):
