@@ -79,7 +79,9 @@ _redis: dict[str, object] = {}
 
 
 def configured() -> bool:
-    return REPLICA in connections.settings
+    """A replica alias, and the Redis the sticky rule keeps its marks in (without it no account's
+    own writes could be told apart: everything stays on the primary)."""
+    return REPLICA in connections.settings and bool(settings.REDIS_URL)
 
 
 def forget() -> None:
