@@ -136,11 +136,14 @@ def _recently_written(account_ids: Iterable[int]) -> bool:
 
 def _replica_usable() -> bool:
     """The lag guard: the replica's lag, looked at most every REPLICA_CHECK_SECONDS per process."""
-    now = time.monotonic()
-    if now < _health.until:
+    if time.monotonic() < _health.until:
         return _health.usable
-    with _health.lock:
-        if now < _health.until:  # another thread looked meanwhile
+    # One thread looks; the others go by the last look meanwhile rather than queue behind a replica
+    # that may take its connect timeout to answer.
+    if not _health.lock.acquire(blocking=False):
+        return _health.usable
+    try:
+        if time.monotonic() < _health.until:  # another thread looked meanwhile
             return _health.usable
         try:
             with connections[REPLICA].cursor() as cursor:
@@ -154,6 +157,8 @@ def _replica_usable() -> bool:
         _health.usable = lag < settings.REPLICA_MAX_LAG_SECONDS
         _health.until = time.monotonic() + settings.REPLICA_CHECK_SECONDS
         return _health.usable
+    finally:
+        _health.lock.release()
 
 
 def _replica_failed(exc: BaseException) -> None:
@@ -182,6 +187,5 @@ def history_read(read: Callable[[str], T], *, account_ids: Iterable[int]) -> T:
     try:
         return read(REPLICA)
     except DatabaseError as exc:
-        with _health.lock:
-            _replica_failed(exc)
+        _replica_failed(exc)
         return read(PRIMARY)

@@ -243,7 +243,8 @@ if DATABASE_REPLICA_URL:
     DATABASES["replica"] = env.db_url_config(DATABASE_REPLICA_URL)
     DATABASES["replica"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 2)
     if "pool" in DATABASES["default"].get("OPTIONS", {}):
-        DATABASES["replica"]["OPTIONS"]["pool"] = dict(DATABASES["default"]["OPTIONS"]["pool"])
+        # A replica that is away costs a read at most this long before it runs on the primary.
+        DATABASES["replica"]["OPTIONS"]["pool"] = DATABASES["default"]["OPTIONS"]["pool"] | {"timeout": 2.0}
         DATABASES["replica"]["CONN_MAX_AGE"] = 0
     else:
         DATABASES["replica"]["CONN_MAX_AGE"] = DATABASES["default"].get("CONN_MAX_AGE", 0)
