@@ -46,14 +46,17 @@ logger = logging.getLogger(__name__)
 _replica_outage = Outage(logger, "History replica unavailable; history read on the primary", level=logging.WARNING)
 _sticky_outage = Outage(logger, "Redis unavailable for the replica's sticky rule", level=logging.WARNING)
 
-# Lag in seconds of the replica, as the standby itself reports it: 0 while it has replayed all it
-# received (an idle primary sends nothing, so the age of the last replayed commit says nothing then),
-# else the age of the last commit it replayed. On a server that is not in recovery (prefer-standby
-# fell back to the primary) it is 0.
+# Lag in seconds of the replica, given the primary's WAL position read just before: 0 when the
+# standby has replayed up to it (an idle primary sends nothing, so the age of the last replayed
+# commit says nothing then), else the age of the last commit it replayed - everything the standby
+# lacks was committed after that one. Not "replayed all it received": a standby cut off from its
+# primary has received nothing new and would look current until wal_receiver_timeout (60 s). On a
+# server that is not in recovery (prefer-standby fell back to the primary) it is 0.
+_PRIMARY_LSN_SQL = "SELECT pg_current_wal_lsn()::text"
 _LAG_SQL = """
 SELECT CASE
     WHEN NOT pg_is_in_recovery() THEN 0
-    WHEN pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+    WHEN pg_last_wal_replay_lsn() >= %s::pg_lsn THEN 0
     ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 1e9)
 END
 """
@@ -145,9 +148,12 @@ def _replica_usable() -> bool:
     try:
         if time.monotonic() < _health.until:  # another thread looked meanwhile
             return _health.usable
+        with connections[PRIMARY].cursor() as cursor:
+            cursor.execute(_PRIMARY_LSN_SQL)
+            primary_lsn = cursor.fetchone()[0]
         try:
             with connections[REPLICA].cursor() as cursor:
-                cursor.execute(_LAG_SQL)
+                cursor.execute(_LAG_SQL, [primary_lsn])
                 lag = float(cursor.fetchone()[0])
         except DatabaseError as exc:
             _replica_failed(exc)

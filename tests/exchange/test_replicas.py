@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 from django.db import connections, transaction
 from django.utils import timezone
+from psycopg import sql
 
 from convert import selectors as convert_selectors
 from exchange.runtime import redis_clients, replicas
@@ -176,6 +177,40 @@ def test_a_lagging_replica_is_not_read(replica, settings):
     assert replicas._health.lag > 1.0
     settings.REPLICA_MAX_LAG_SECONDS = 3600.0  # the same read with the guard's bound out of the way
     assert listed_ids(alice.client) == [first.pk]
+
+
+def test_a_standby_cut_off_from_its_primary_is_not_read_once_its_copy_is_too_old(replica, settings):
+    """A standby whose WAL receiver lost the primary has replayed all it received, and received
+    nothing since: it must not pass for current (it would until wal_receiver_timeout, 60 s)."""
+    settings.REPLICA_MAX_LAG_SECONDS = 1.0
+    with replica.connect_as_superuser() as conn:
+        conninfo = conn.execute("SHOW primary_conninfo").fetchone()[0]
+        try:
+            caught_up(replica)
+            conn.execute("ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1 connect_timeout=1'")
+            conn.execute("SELECT pg_reload_conf()")
+            wait_until(lambda: conn.execute("SELECT count(*) FROM pg_stat_wal_receiver").fetchone()[0] == 0)
+            alice = customer(funding={"USDT": "10"})
+            bob = UserFactory()
+            first = TransferFactory(sender=alice.user, recipient=bob, amount=Decimal(1), funded=False)
+            forget_writes()
+            received, replayed = conn.execute(
+                "SELECT pg_last_wal_receive_lsn()::text, pg_last_wal_replay_lsn()::text"
+            ).fetchone()
+            assert received == replayed  # it has replayed all it received: the old guard's "current"
+            time.sleep(1.5)  # the standby's newest commit is now older than the bound
+            assert listed_ids(alice.client) == [first.pk]  # from the primary: the standby lacks alice
+            assert replicas._health.lag > 1.0
+        finally:
+            conn.execute(sql.SQL("ALTER SYSTEM SET primary_conninfo = {}").format(sql.Literal(conninfo)))
+            conn.execute("SELECT pg_reload_conf()")
+    wait_until(lambda: _streaming(replica))
+    caught_up(replica)
+
+
+def _streaming(standby) -> bool:
+    with standby.connect_as_superuser() as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming'").fetchone()[0] == 1
 
 
 def test_a_replica_that_is_down_leaves_reads_to_the_primary(replica, settings):
