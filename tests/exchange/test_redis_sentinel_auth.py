@@ -18,8 +18,8 @@ import pytest
 
 from exchange.stack.ports import HOST, free_port, wait_for_port
 
-REDIS_PASSWORD = "redis-pw"  # noqa: S105 - a test server on a free port
-SENTINEL_PASSWORD = "sentinel-pw"  # noqa: S105
+REDIS_PASSWORD = "redis-pw"  # a test server on a free port
+SENTINEL_PASSWORD = "sentinel-pw"
 MASTER = "probe-master"
 CLIENTS = ["redis_py", "channel_layer", "fanout_pool", "celery_broker", "limits", "redbeat"]
 
@@ -79,10 +79,10 @@ def redbeat():
     from exchange.celery import app
     get_redis(app).set("auth-probe-beat", "1")
 
-for name in %s:
+for name in CLIENTS:
     attempt(name, globals()[name])
 print(json.dumps(done))
-""" % CLIENTS  # noqa: UP031 - the list's repr is Python
+""".replace("CLIENTS", repr(CLIENTS))
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def sentinel(tmp_path_factory):
     server = shutil.which("redis-server") or "/usr/bin/redis-server"
     redis_port, sentinel_port = free_port(), free_port()
     (base / "redis.conf").write_text(
-        f"bind {HOST}\nport {redis_port}\ndir {base}\nsave \"\"\nappendonly no\n"
+        f'bind {HOST}\nport {redis_port}\ndir {base}\nsave ""\nappendonly no\n'
         f"requirepass {REDIS_PASSWORD}\nmasterauth {REDIS_PASSWORD}\n"
     )
     (base / "sentinel.conf").write_text(  # sentinel rewrites it: a file of its own
@@ -103,7 +103,8 @@ def sentinel(tmp_path_factory):
     )
     procs = []
     try:
-        for conf, port, extra in ((base / "redis.conf", redis_port, []), (base / "sentinel.conf", sentinel_port, ["--sentinel"])):
+        servers = [(base / "redis.conf", redis_port, []), (base / "sentinel.conf", sentinel_port, ["--sentinel"])]
+        for conf, port, extra in servers:
             log = open(base / f"{port}.log", "wb")  # noqa: SIM115 - the process's log for its life
             procs.append(subprocess.Popen([server, str(conf), *extra], stdout=log, stderr=subprocess.STDOUT))  # noqa: S603
             wait_for_port(port, timeout=20, proc=procs[-1], log=str(base / f"{port}.log"))
