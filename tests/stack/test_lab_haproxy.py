@@ -58,7 +58,13 @@ def haproxy(live_server, settings, tmp_path):
     port = free_port()
     rest_port = urlsplit(live_server.url).port
     cfg = apphosts.write_haproxy(
-        tmp_path, port, [Host("local", HOST)], binds=(HOST,), rest_port=rest_port, ws_port=echo.server_port
+        tmp_path,
+        port,
+        [Host("local", HOST)],
+        binds=(HOST,),
+        rest_port=rest_port,
+        ws_port=echo.server_port,
+        source=HOST,  # the trusted proxy's address here
     )
     proc = subprocess.Popen([apphosts.haproxy_binary(), "-db", "-f", str(cfg)], stderr=subprocess.PIPE)  # noqa: S603
     try:
@@ -151,7 +157,9 @@ def test_a_client_too_slow_with_its_headers_is_answered_408(tmp_path):
     """timeout http-request (nginx's client_header_timeout): HAProxy answers alone, no backend needed,
     so a slow client never holds a REST thread."""
     port = free_port()
-    cfg = apphosts.write_haproxy(tmp_path, port, [Host("none", HOST)], binds=(HOST,), rest_port=free_port())
+    cfg = apphosts.write_haproxy(
+        tmp_path, port, [Host("none", HOST)], binds=(HOST,), rest_port=free_port(), source=None
+    )
     text = cfg.read_text().replace("timeout http-request 10s", "timeout http-request 1s")
     cfg.write_text(text)
     proc = subprocess.Popen([apphosts.haproxy_binary(), "-db", "-f", str(cfg)], stderr=subprocess.DEVNULL)  # noqa: S603

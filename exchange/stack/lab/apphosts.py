@@ -23,7 +23,15 @@ from pathlib import Path
 
 from exchange.stack.lab import net
 from exchange.stack.lab.cluster import LabSupervisor
-from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT, GATEWAY, LAB_DIR, Host
+from exchange.stack.lab.topology import (
+    APP_HOSTS,
+    APP_REST_PORT,
+    APP_WS_PORT,
+    GATEWAY,
+    LAB_DIR,
+    PROXY_ADDRESS,
+    Host,
+)
 from exchange.stack.layout import CLIENT_TIMEOUT_SECONDS, MAX_API_BODY_BYTES, MAX_BODY_BYTES, Layout
 from exchange.stack.nginx import NGINX_REFUSALS
 from exchange.stack.programs import Program, programs
@@ -80,6 +88,7 @@ def haproxy_cfg(
     binds: tuple[str, ...] = ("127.0.0.1", GATEWAY),
     rest_port: int = APP_REST_PORT,
     ws_port: int = APP_WS_PORT,
+    source: str | None = PROXY_ADDRESS,
     run: Path = RUN_DIR,
 ) -> str:
     """Path routing as nginx's (/openapi/ws/ to Daphne, the rest to granian), X-Forwarded-For set to
@@ -123,6 +132,7 @@ defaults
     timeout http-keep-alive 75s
     timeout tunnel 1h
     timeout client-fin 5s
+{f"    source {source}  # the address the app hosts trust (TRUSTED_PROXIES)" if source else ""}
     option redispatch
     retries 2
     default-server {CHECK} on-marked-down shutdown-sessions
@@ -177,12 +187,12 @@ class AppSupervisor(LabSupervisor):
 
 
 def app_env(base: dict[str, str]) -> dict[str, str]:
-    """The hosts' environment: HAProxy (the bridge's address) trusted for X-Forwarded-For; the hosts'
+    """The hosts' environment: HAProxy (its own source address) trusted for X-Forwarded-For; the hosts'
     own addresses allowed as Host (HAProxy's checks and the direct pings); the simulated chain's
     block every second (the beat's takeover is timed by it)."""
     hosts = ",".join(["127.0.0.1", "localhost", GATEWAY, *(h.address for h in APP_HOSTS)])
     return base | {
-        "TRUSTED_PROXIES": GATEWAY,
+        "TRUSTED_PROXIES": PROXY_ADDRESS,
         "ALLOWED_HOSTS": hosts,
         "SIM_CHAIN_BLOCK_SECONDS": base.get("SIM_CHAIN_BLOCK_SECONDS", "1"),
     }

@@ -8,6 +8,11 @@ from pathlib import Path
 
 BRIDGE = "xlab0"
 GATEWAY = "10.77.0.1"  # the bridge's address: the application, in the machine's own namespace
+# HAProxy's own source address towards the app hosts (a second address of the bridge, which nothing
+# else uses: the kernel picks GATEWAY for every other connection). The app hosts believe
+# X-Forwarded-For from this address only, so no other process of the machine's namespace that
+# reaches an app host directly can claim a client's address.
+PROXY_ADDRESS = "10.77.0.2"
 PREFIX = 24
 SCOPE = "exchange-lab"  # Patroni's cluster name
 MASTER = "mymaster"  # Sentinel's name for the Redis primary
