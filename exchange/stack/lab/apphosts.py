@@ -92,7 +92,8 @@ def haproxy_cfg(
     run: Path = RUN_DIR,
 ) -> str:
     """Path routing as nginx's (/openapi/ws/ to Daphne, the rest to granian), X-Forwarded-For set to
-    the client's address (any the client sent replaced; the hosts trust the bridge's, TRUSTED_PROXIES),
+    the client's address (any the client sent replaced; the hosts trust only HAProxy's own `source`
+    address, TRUSTED_PROXIES),
     nginx's request bounds, a websocket tunnel kept for an hour (Daphne pings every 20 s), and a
     request whose connection to a backend failed retried on another (`redispatch`: it never reached
     the dead one, so nothing is done twice)."""
