@@ -2,7 +2,8 @@
 same way: at REDIS_URL's address, or through Redis Sentinel when REDIS_SENTINELS is set (settings
 base.py; docs/scaling.md). In Sentinel mode REDIS_URL still names the database number and the
 password; its host is not dialled: each connection asks the sentinels which server is the primary of
-REDIS_SENTINEL_MASTER now, so a failover needs no restart and no change of configuration.
+REDIS_SENTINEL_MASTER now, so a failover needs no restart and no change of configuration. The
+sentinels get their own password, REDIS_SENTINEL_PASSWORD (settings.REDIS_SENTINEL_KWARGS).
 
 The channel layer (channels_redis, and streams/fanout.py's synchronous pool over the same host
 dictionary), Celery's broker (kombu's `sentinel://` transport) and the rate limits (`limits`'
@@ -14,9 +15,6 @@ from __future__ import annotations
 from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
-
-# The sentinels themselves must answer quickly: a dead one is skipped for the next.
-SENTINEL_TIMEOUT_SECONDS = 1.0
 
 
 def url_database(url: str) -> int:
@@ -46,8 +44,8 @@ def client(url: str | None = None, **kwargs):
         return redis.Redis.from_url(url, **kwargs)
     from redis.sentinel import Sentinel
 
-    timeouts = {"socket_timeout": SENTINEL_TIMEOUT_SECONDS, "socket_connect_timeout": SENTINEL_TIMEOUT_SECONDS}
-    sentinel = Sentinel(found, sentinel_kwargs=timeouts)
+    # Timeouts and the sentinels' own password (settings.REDIS_SENTINEL_KWARGS); Redis's is the URL's.
+    sentinel = Sentinel(found, sentinel_kwargs=dict(settings.REDIS_SENTINEL_KWARGS))
     password = url_password(url)
     return sentinel.master_for(
         settings.REDIS_SENTINEL_MASTER,

@@ -7,7 +7,7 @@ on PostgreSQL and Redis with real Celery workers.
 
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import environ
 
@@ -99,11 +99,24 @@ REDIS_SENTINEL_MASTER = env.str("REDIS_SENTINEL_MASTER", default="mymaster")
 if REDIS_SENTINELS and not REDIS_URL:
     REDIS_URL = f"redis://{REDIS_SENTINEL_MASTER}/0"
 _REDIS_DB = int(urlsplit(REDIS_URL).path.strip("/") or 0)
+# Redis's password (`requirepass`) is REDIS_URL's, with or without Sentinel. The sentinels may have
+# one of their own (their `requirepass`): REDIS_SENTINEL_PASSWORD, empty when they have none. Every
+# Sentinel client sends the sentinels this dictionary (redis-py's sentinel_kwargs); "password" is
+# always present so that no library sends the sentinels Redis's password instead (limits does so by
+# default with a URL password).
+_REDIS_PASSWORD = unquote(urlsplit(REDIS_URL).password or "") or None
+REDIS_SENTINEL_PASSWORD = env.str("REDIS_SENTINEL_PASSWORD", default="")
+REDIS_SENTINEL_KWARGS = {
+    "socket_timeout": 1.0,  # a dead sentinel is skipped for the next quickly
+    "socket_connect_timeout": 1.0,
+    "password": REDIS_SENTINEL_PASSWORD or None,
+}
 _SENTINEL_HOSTS = ",".join(f"{host}:{port}" for host, port in REDIS_SENTINELS)
+_AUTH = f":{quote(_REDIS_PASSWORD, safe='')}@" if _REDIS_PASSWORD else ""
 # Where the rate-limit counters live: Redis when configured, else this process's memory.
 RATE_LIMIT_STORAGE_URL = env.str(
     "RATE_LIMIT_STORAGE_URL",
-    default=(f"redis+sentinel://{_SENTINEL_HOSTS}/{REDIS_SENTINEL_MASTER}" if REDIS_SENTINELS else REDIS_URL)
+    default=(f"redis+sentinel://{_AUTH}{_SENTINEL_HOSTS}/{REDIS_SENTINEL_MASTER}" if REDIS_SENTINELS else REDIS_URL)
     or "memory://",
 )
 
@@ -309,15 +322,13 @@ SPECTACULAR_SETTINGS = {
 # Celery: eager in the embedded default, Redis broker in the full stack.
 CELERY_BROKER_URL = env.str(
     "CELERY_BROKER_URL",
-    default=(";".join(f"sentinel://{host}:{port}/{_REDIS_DB}" for host, port in REDIS_SENTINELS) or REDIS_URL)
+    default=(";".join(f"sentinel://{_AUTH}{host}:{port}/{_REDIS_DB}" for host, port in REDIS_SENTINELS) or REDIS_URL)
     or "memory://",
 )
 if REDIS_SENTINELS:
-    # kombu's Sentinel transport: the primary's name; the sentinels answer quickly or are skipped.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "master_name": REDIS_SENTINEL_MASTER,
-        "sentinel_kwargs": {"socket_timeout": 1.0, "socket_connect_timeout": 1.0},
-    }
+    # kombu's Sentinel transport: the primary's name; the URL's password is Redis's (kombu gives it
+    # to the primary only), the sentinels get theirs in sentinel_kwargs.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"master_name": REDIS_SENTINEL_MASTER, "sentinel_kwargs": REDIS_SENTINEL_KWARGS}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -404,8 +415,9 @@ if "redbeat" in CELERY_BEAT_SCHEDULER.lower():
             "sentinels": REDIS_SENTINELS,
             "service_name": REDIS_SENTINEL_MASTER,
             "db": _REDIS_DB,
+            "password": _REDIS_PASSWORD,
             "socket_timeout": 2.0,
-            "sentinel_kwargs": {"socket_timeout": 1.0, "socket_connect_timeout": 1.0},
+            "sentinel_kwargs": REDIS_SENTINEL_KWARGS,
             "retry_period": 5,  # a Sentinel failover (docs/scaling.md: a few seconds) is retried, not fatal
         }
     else:
@@ -433,8 +445,9 @@ if REDIS_URL:
                     else {
                         "sentinels": REDIS_SENTINELS,
                         "master_name": REDIS_SENTINEL_MASTER,
-                        "sentinel_kwargs": {"socket_timeout": 1.0, "socket_connect_timeout": 1.0},
+                        "sentinel_kwargs": REDIS_SENTINEL_KWARGS,
                         "db": _REDIS_DB,
+                        "password": _REDIS_PASSWORD,
                         "socket_timeout": 15,
                         "max_connections": 1000,
                     }

@@ -20,10 +20,11 @@ import json
 from exchange.settings import base as s
 print(json.dumps({name: getattr(s, name, None) for name in (
     "DATABASES", "REDIS_URL", "RATE_LIMIT_STORAGE_URL", "CELERY_BROKER_URL", "CELERY_BROKER_TRANSPORT_OPTIONS",
-    "CHANNEL_LAYERS", "REDIS_SENTINELS", "REDIS_SENTINEL_MASTER")}, default=str))
+    "CHANNEL_LAYERS", "REDIS_SENTINELS", "REDIS_SENTINEL_MASTER", "REDIS_SENTINEL_KWARGS",
+    "CELERY_REDBEAT_REDIS_OPTIONS")}, default=str))
 """
 _CLEARED = ("DATABASE_URL", "REDIS_URL", "REDIS_SENTINELS", "REDIS_SENTINEL_MASTER", "RATE_LIMIT_STORAGE_URL")
-_CLEARED += ("CELERY_BROKER_URL",)
+_CLEARED += ("CELERY_BROKER_URL", "REDIS_SENTINEL_PASSWORD", "CELERY_BEAT_SCHEDULER")
 
 
 def _settings(**env: str) -> dict:
@@ -82,6 +83,24 @@ def test_sentinels_configure_broker_channel_layer_and_limits():
     assert host["master_name"] == "mymaster"
     assert host["db"] == 2
     assert "address" not in host
+
+
+def test_each_password_goes_where_it_belongs():
+    """Redis's (REDIS_URL's) to every client's Redis connections, the sentinels' own to the sentinels
+    only (tests/exchange/test_redis_sentinel_auth.py runs them against real servers)."""
+    env = {"REDIS_SENTINELS": "10.77.0.21:26379,10.77.0.22:26379", "REDIS_URL": "redis://:p%40ss@ha/2"}
+    env |= {"REDIS_SENTINEL_MASTER": "ha", "CELERY_BEAT_SCHEDULER": "redbeat.RedBeatScheduler"}
+    s = _settings(**env, REDIS_SENTINEL_PASSWORD="sentinel")
+    assert s["REDIS_SENTINEL_KWARGS"] == {"socket_timeout": 1.0, "socket_connect_timeout": 1.0, "password": "sentinel"}
+    assert s["RATE_LIMIT_STORAGE_URL"] == "redis+sentinel://:p%40ss@10.77.0.21:26379,10.77.0.22:26379/ha"
+    assert s["CELERY_BROKER_URL"] == "sentinel://:p%40ss@10.77.0.21:26379/2;sentinel://:p%40ss@10.77.0.22:26379/2"
+    assert s["CELERY_BROKER_TRANSPORT_OPTIONS"]["sentinel_kwargs"] == s["REDIS_SENTINEL_KWARGS"]
+    host = s["CHANNEL_LAYERS"]["default"]["CONFIG"]["hosts"][0]
+    assert (host["password"], host["sentinel_kwargs"]["password"]) == ("p@ss", "sentinel")
+    beat = s["CELERY_REDBEAT_REDIS_OPTIONS"]
+    assert (beat["password"], beat["sentinel_kwargs"]["password"]) == ("p@ss", "sentinel")
+    # Sentinels without a password of their own: none sent to them (not Redis's either).
+    assert _settings(**env)["REDIS_SENTINEL_KWARGS"]["password"] is None
 
 
 def test_sentinels_without_redis_url_use_database_zero():

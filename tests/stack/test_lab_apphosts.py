@@ -75,3 +75,15 @@ def test_redbeat_through_sentinel_and_the_default_beat_unchanged():
     assert options["db"] == 2
     assert red["CELERY_REDBEAT_LOCK_TIMEOUT"] == 10
     assert red["CELERY_BEAT_MAX_LOOP_INTERVAL"] * 5 <= red["CELERY_REDBEAT_LOCK_TIMEOUT"]
+
+
+def test_the_hosts_trust_haproxys_own_source_address_only():
+    """HAProxy dials the hosts from an address of its own; the machine's other processes (the bridge's
+    primary address) reaching a host directly are not believed when they send X-Forwarded-For."""
+    from exchange.stack.lab.topology import GATEWAY, PROXY_ADDRESS
+
+    cfg = apphosts.haproxy_cfg(18000, APP_HOSTS)
+    assert f"source {PROXY_ADDRESS} " in cfg
+    assert "http-request del-header X-Real-IP" in cfg
+    env = apphosts.app_env({})
+    assert env["TRUSTED_PROXIES"] == PROXY_ADDRESS != GATEWAY

@@ -88,7 +88,8 @@ def _storage_for(url: str) -> Storage:
         # The counters' database (REDIS_URL's number); every count and the replay memory on the
         # primary (a replica's copy lags: a replayed signature could pass there).
         options = {"db": redis_clients.url_database(settings.REDIS_URL), "use_replicas": False}
-        options["sentinel_kwargs"] = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0}
+        # The sentinels' own password (or None), never the URL's: limits would send them Redis's.
+        options["sentinel_kwargs"] = dict(settings.REDIS_SENTINEL_KWARGS)
     storage = storage_from_string(url, redis_connect_func=watch.on_connect, **options)
     watch.keys = [storage.prefixed_key(MEMORY_SERVER_KEY), storage.prefixed_key(MEMORY_EPOCH_KEY)]
     return storage

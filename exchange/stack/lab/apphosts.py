@@ -12,17 +12,28 @@ touched) with `autorestart=false`, as the lab's: a killed host stays down (`kill
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from exchange.stack.lab import net
 from exchange.stack.lab.cluster import LabSupervisor
-from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT, GATEWAY, LAB_DIR, Host
-from exchange.stack.layout import Layout
+from exchange.stack.lab.topology import (
+    APP_HOSTS,
+    APP_REST_PORT,
+    APP_WS_PORT,
+    GATEWAY,
+    LAB_DIR,
+    PROXY_ADDRESS,
+    Host,
+)
+from exchange.stack.layout import CLIENT_TIMEOUT_SECONDS, MAX_API_BODY_BYTES, MAX_BODY_BYTES, Layout
+from exchange.stack.nginx import NGINX_REFUSALS
 from exchange.stack.programs import Program, programs
 
 RUN_DIR = LAB_DIR / "apps"
@@ -57,20 +68,57 @@ def host_programs(host: Host, env: dict[str, str]) -> list[Program]:
     return out
 
 
-def haproxy_cfg(port: int, hosts: list[Host]) -> str:
+# nginx's bounds (exchange/stack/nginx.py, docs/api.md "Request size"), kept by HAProxy itself:
+# each refused with nginx's status before a backend sees the request, the body and request-line
+# refusals in the gateway's envelope {code: -1010, msg} as nginx's. Headers must fit HAProxy's
+# buffer less its rewrite reserve: 32 KB, as nginx's 4 x 8 KB.
+HEADERS_BYTES = 32 * 1024
+MAXREWRITE_BYTES = 1024
+REQUEST_LINE_BYTES = 8 * 1024
+
+
+def _refusal(status: int) -> str:
+    return json.dumps({"code": -1010, "msg": NGINX_REFUSALS[status]}, separators=(",", ":"))
+
+
+def haproxy_cfg(
+    port: int,
+    hosts: list[Host],
+    *,
+    binds: tuple[str, ...] = ("127.0.0.1", GATEWAY),
+    rest_port: int = APP_REST_PORT,
+    ws_port: int = APP_WS_PORT,
+    source: str | None = PROXY_ADDRESS,
+    run: Path = RUN_DIR,
+) -> str:
     """Path routing as nginx's (/openapi/ws/ to Daphne, the rest to granian), X-Forwarded-For set to
-    the client's address (the hosts trust the bridge's, TRUSTED_PROXIES), a websocket tunnel kept for
-    an hour (Daphne pings every 20 s), and a request whose connection to a backend failed retried on
-    another (`redispatch`: it never reached the dead one, so nothing is done twice)."""
-    rest = "\n".join(f"    server {h.name} {h.address}:{APP_REST_PORT} check" for h in hosts)
-    ws = "\n".join(f"    server {h.name} {h.address}:{APP_WS_PORT} check" for h in hosts)
-    run = RUN_DIR
+    the client's address (any the client sent replaced; the hosts trust only HAProxy's own `source`
+    address, TRUSTED_PROXIES),
+    nginx's request bounds, a websocket tunnel kept for an hour (Daphne pings every 20 s), and a
+    request whose connection to a backend failed retried on another (`redispatch`: it never reached
+    the dead one, so nothing is done twice)."""
+    rest = "\n".join(f"    server {h.name} {h.address}:{rest_port} check" for h in hosts)
+    ws = "\n".join(f"    server {h.name} {h.address}:{ws_port} check" for h in hosts)
+    listen = "\n".join(f"    bind {address}:{port}" for address in binds)
+    refused = [
+        (414, f"{{ url,length gt {REQUEST_LINE_BYTES} }}"),
+        (413, f"api {{ req.hdr_val(content-length) gt {MAX_API_BODY_BYTES} }}"),
+        (413, f"api {{ req.body_size gt {MAX_API_BODY_BYTES} }}"),
+        (413, f"{{ req.hdr_val(content-length) gt {MAX_BODY_BYTES} }}"),
+    ]
+    bounds = "\n".join(
+        f"    http-request return status {status} content-type application/json string '{_refusal(status)}' if {when}"
+        for status, when in refused
+    )
     return f"""# Written by exchange/stack/lab/apphosts.py at every start.
 global
     maxconn 8000  # two descriptors a connection: within the lab's open-file limit (20000)
     pidfile {run}/haproxy.pid
     stats socket {run}/haproxy.sock mode 600 level admin
     log stderr format short local0 warning
+    # A request's line and headers must fit in the buffer less the rewrite reserve (else 400).
+    tune.bufsize {HEADERS_BYTES + MAXREWRITE_BYTES}
+    tune.maxrewrite {MAXREWRITE_BYTES}
 
 defaults
     mode http
@@ -79,18 +127,28 @@ defaults
     timeout connect 2s
     timeout client 60s
     timeout server 60s
-    timeout http-request 10s
+    # nginx's client_header_timeout: the whole request (its body too, buffered below) within this,
+    # so a slow client holds an HAProxy connection, never a REST thread.
+    timeout http-request {CLIENT_TIMEOUT_SECONDS}s
     timeout http-keep-alive 75s
     timeout tunnel 1h
     timeout client-fin 5s
+{f"    source {source}  # the address the app hosts trust (TRUSTED_PROXIES)" if source else ""}
     option redispatch
     retries 2
     default-server {CHECK} on-marked-down shutdown-sessions
+    # HAProxy's own 400 (headers over 32 KB) and 408 (too slow) are its HTML pages: in 2.6 a request
+    # its HTTP/1 layer refuses never reaches `errorfile` (haproxy/haproxy#3032, fixed in 3.2).
 
 frontend front
-    bind 127.0.0.1:{port}
-    bind {GATEWAY}:{port}
+{listen}
+    # The body read before the request goes on (as nginx does), so a chunked body's size is known.
+    option http-buffer-request
+    acl api path_beg /openapi/
+{bounds}
+    # Replaces every X-Forwarded-For (and drops X-Real-IP) the client sent: the hosts believe this one.
     http-request set-header X-Forwarded-For %[src]
+    http-request del-header X-Real-IP
     acl websocket path_beg /openapi/ws/
     use_backend ws if websocket
     default_backend rest
@@ -111,6 +169,17 @@ backend ws
 """
 
 
+def write_haproxy(run: Path, port: int, hosts: list[Host], **options) -> Path:
+    """HAProxy's configuration in `run`; its path."""
+    cfg = run / "haproxy.cfg"
+    cfg.write_text(haproxy_cfg(port, hosts, run=run, **options))
+    return cfg
+
+
+def haproxy_binary() -> str:
+    return shutil.which("haproxy") or "/usr/sbin/haproxy"
+
+
 class AppSupervisor(LabSupervisor):
     """The lab's supervisord, with the beats not started at once (`start_beats` starts them in turn)."""
 
@@ -119,12 +188,12 @@ class AppSupervisor(LabSupervisor):
 
 
 def app_env(base: dict[str, str]) -> dict[str, str]:
-    """The hosts' environment: HAProxy (the bridge's address) trusted for X-Forwarded-For; the hosts'
+    """The hosts' environment: HAProxy (its own source address) trusted for X-Forwarded-For; the hosts'
     own addresses allowed as Host (HAProxy's checks and the direct pings); the simulated chain's
     block every second (the beat's takeover is timed by it)."""
     hosts = ",".join(["127.0.0.1", "localhost", GATEWAY, *(h.address for h in APP_HOSTS)])
     return base | {
-        "TRUSTED_PROXIES": GATEWAY,
+        "TRUSTED_PROXIES": PROXY_ADDRESS,
         "ALLOWED_HOSTS": hosts,
         "SIM_CHAIN_BLOCK_SECONDS": base.get("SIM_CHAIN_BLOCK_SECONDS", "1"),
     }
@@ -133,10 +202,9 @@ def app_env(base: dict[str, str]) -> dict[str, str]:
 def supervisor(env: dict[str, str], port: int, hosts: list[Host] = APP_HOSTS) -> AppSupervisor:
     for host in hosts:
         (RUN_DIR / host.name).mkdir(parents=True, exist_ok=True)
-    (RUN_DIR / "haproxy.cfg").write_text(haproxy_cfg(port, hosts))
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    cfg = write_haproxy(RUN_DIR, port, hosts)
     progs = [p for h in hosts for p in host_programs(h, env)]
-    progs.append(Program("haproxy", [haproxy, "-db", "-f", str(RUN_DIR / "haproxy.cfg")]))
+    progs.append(Program("haproxy", [haproxy_binary(), "-db", "-f", str(cfg)]))
     return AppSupervisor(progs, env, RUN_DIR)
 
 

@@ -23,8 +23,8 @@ from exchange.stack.lab.topology import (
     PG_PASSWORD,
     PG_PORT,
     REDIS_HOSTS,
-    SENTINEL_PORT,
     Host,
+    sentinel_at,
 )
 from exchange.stack.layout import ROOT
 from exchange.stack.programs import Program
@@ -127,7 +127,7 @@ def redis_primary() -> str | None:
 
     for host in REDIS_HOSTS:
         try:
-            client = redis.Redis(host=host.address, port=SENTINEL_PORT, socket_timeout=1, socket_connect_timeout=1)
+            client = sentinel_at(host, socket_timeout=1, socket_connect_timeout=1)
             address = client.execute_command("SENTINEL", "get-master-addr-by-name", MASTER)
         except redis.RedisError:
             continue

@@ -15,8 +15,10 @@ from exchange.stack.lab.topology import (
     PG_PASSWORD,
     PG_PORT,
     REDIS_HOSTS,
+    REDIS_PASSWORD,
     REDIS_PORT,
     SCOPE,
+    SENTINEL_PASSWORD,
     SENTINEL_PORT,
     Host,
 )
@@ -160,6 +162,9 @@ def redis_conf(host: Host) -> str:
         'save ""',
         "appendonly no",
         "replica-read-only yes",
+        # Every server, replicas too: any may become the primary; masterauth for replicating from it.
+        f"requirepass {REDIS_PASSWORD}",
+        f"masterauth {REDIS_PASSWORD}",
     ]
     if host != REDIS_HOSTS[0]:
         lines.append(f"replicaof {REDIS_HOSTS[0].address} {REDIS_PORT}")
@@ -180,6 +185,9 @@ def sentinel_conf(host: Host) -> str:
                 f"sentinel down-after-milliseconds {MASTER} {SENTINEL_DOWN_MS}",
                 f"sentinel failover-timeout {MASTER} 10000",
                 f"sentinel parallel-syncs {MASTER} 1",
+                f"sentinel auth-pass {MASTER} {REDIS_PASSWORD}",  # to Redis (INFO, REPLICAOF, ...)
+                f"requirepass {SENTINEL_PASSWORD}",  # its clients and the other sentinels
+                f"sentinel sentinel-pass {SENTINEL_PASSWORD}",  # to the other sentinels
             ]
         )
         + "\n"

@@ -28,10 +28,7 @@ def fresh(env: dict[str, str]) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {topology.DATABASE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {topology.DATABASE}")
-    from redis.sentinel import Sentinel
-
-    hosts = [(h.address, topology.SENTINEL_PORT) for h in topology.REDIS_HOSTS]
-    primary = Sentinel(hosts, socket_timeout=2).master_for(topology.MASTER, db=REDIS_DB, socket_timeout=2)
+    primary = topology.redis_primary(REDIS_DB)
     primary.flushdb()
     declare_complete(primary)
 
@@ -98,7 +95,7 @@ def _replica_of(host: topology.Host) -> bool:
     import redis
 
     try:
-        info = redis.Redis(host=host.address, port=topology.REDIS_PORT, socket_timeout=1).info("replication")
+        info = topology.redis_at(host, socket_timeout=1).info("replication")
     except redis.RedisError:
         return False
     return info.get("role") == "slave" and info.get("master_link_status") == "up"

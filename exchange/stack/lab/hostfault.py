@@ -65,10 +65,7 @@ print(json.dumps([[u.email, k.api_key.key, k.secret] for u, k in zip(users, keys
 
 
 def redis_primary(db: int):
-    from redis.sentinel import Sentinel
-
-    hosts = [(h.address, topology.SENTINEL_PORT) for h in topology.REDIS_HOSTS]
-    return Sentinel(hosts, socket_timeout=2).master_for(topology.MASTER, db=db, socket_timeout=2)
+    return topology.redis_primary(db)
 
 
 def fresh() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from exchange.stack.lab.topology import BRIDGE, GATEWAY, HOSTS, PREFIX, Host
+from exchange.stack.lab.topology import BRIDGE, GATEWAY, HOSTS, PREFIX, PROXY_ADDRESS, Host
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -21,6 +21,7 @@ def up() -> None:
     if ip("link", "show", BRIDGE, check=False).returncode != 0:
         ip("link", "add", BRIDGE, "type", "bridge")
         ip("addr", "add", f"{GATEWAY}/{PREFIX}", "dev", BRIDGE)
+        ip("addr", "add", f"{PROXY_ADDRESS}/{PREFIX}", "dev", BRIDGE)  # secondary: HAProxy's alone
     ip("link", "set", BRIDGE, "up")
     existing = ip("netns", "list").stdout
     for host in HOSTS:

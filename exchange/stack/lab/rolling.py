@@ -106,13 +106,12 @@ async def _redis_restart(fault: Fault, spans: list[Span], host: topology.Host, w
 
 
 async def _redis(fault: Fault, spans: list[Span]) -> None:
-    import redis
 
     primary = _redis_host(cluster.redis_primary())
     for host in [h for h in topology.REDIS_HOSTS if h != primary]:
         await _redis_restart(fault, spans, host, "replica")
     began = now()
-    sentinel = redis.Redis(host=topology.REDIS_HOSTS[0].address, port=topology.SENTINEL_PORT, socket_timeout=2)
+    sentinel = topology.sentinel_at(topology.REDIS_HOSTS[0], socket_timeout=2)
     await asyncio.to_thread(sentinel.execute_command, "SENTINEL", "FAILOVER", topology.MASTER)
     new = await _poll(lambda: (a := cluster.redis_primary()) and a != primary.address and a, 60)
     ended = now()
@@ -124,7 +123,7 @@ async def _redis(fault: Fault, spans: list[Span]) -> None:
     # Sentinel demotes the old primary only at its next look (~10 s): its clients' open connections
     # keep writing to it meanwhile, writes the demotion then drops (run 2: 70 x -1021 when they moved).
     # Demoted now, as Sentinel would, its clients get READONLY and redis-py asks the sentinels again.
-    old = redis.Redis(host=primary.address, port=topology.REDIS_PORT, socket_timeout=2)
+    old = topology.redis_at(primary, socket_timeout=2)
     await asyncio.to_thread(old.execute_command, "REPLICAOF", new, str(topology.REDIS_PORT))
     # The sentinel that ran the failover names the new primary at once, the others ~3 s later, and
     # the old primary is demoted (its redis.conf rewritten) later still: restarted before that, it
@@ -143,7 +142,7 @@ def _sentinels_agree(address: str) -> bool:
 
     for host in topology.REDIS_HOSTS:
         try:
-            named = redis.Redis(host=host.address, port=topology.SENTINEL_PORT, socket_timeout=1).execute_command(
+            named = topology.sentinel_at(host, socket_timeout=1).execute_command(
                 "SENTINEL", "get-master-addr-by-name", topology.MASTER
             )
         except redis.RedisError:
@@ -157,7 +156,7 @@ def _role(host: topology.Host) -> str | None:
     import redis
 
     try:
-        return redis.Redis(host=host.address, port=topology.REDIS_PORT, socket_timeout=1).info("replication")["role"]
+        return topology.redis_at(host, socket_timeout=1).info("replication")["role"]
     except redis.RedisError:
         return None
 

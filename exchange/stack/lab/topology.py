@@ -8,6 +8,11 @@ from pathlib import Path
 
 BRIDGE = "xlab0"
 GATEWAY = "10.77.0.1"  # the bridge's address: the application, in the machine's own namespace
+# HAProxy's own source address towards the app hosts (a second address of the bridge, which nothing
+# else uses: the kernel picks GATEWAY for every other connection). The app hosts believe
+# X-Forwarded-For from this address only, so no other process of the machine's namespace that
+# reaches an app host directly can claim a client's address.
+PROXY_ADDRESS = "10.77.0.2"
 PREFIX = 24
 SCOPE = "exchange-lab"  # Patroni's cluster name
 MASTER = "mymaster"  # Sentinel's name for the Redis primary
@@ -18,6 +23,11 @@ ETCD_PEER_PORT = 2380
 REDIS_PORT = 6379
 SENTINEL_PORT = 26379
 PG_PASSWORD = "lab"  # noqa: S105 - a throwaway lab on an address range of its own
+# Redis's `requirepass` (and the replicas' `masterauth`, the sentinels' `auth-pass`), and the
+# sentinels' own `requirepass`: a sentinel that answers anyone could be told to fail over or to
+# monitor another server (SENTINEL SET, SENTINEL FAILOVER). Two passwords, to show each goes only where it belongs.
+REDIS_PASSWORD = "lab-redis"  # noqa: S105 - as PG_PASSWORD
+SENTINEL_PASSWORD = "lab-sentinel"  # noqa: S105 - as PG_PASSWORD
 DATABASE = "exchange"
 PG_BIN = Path(os.environ.get("LAB_PG_BIN", "/usr/lib/postgresql/15/bin"))
 LAB_DIR = Path(os.environ.get("LAB_DIR", "/tmp/exchange-lab"))  # noqa: S108 - root's lab, user postgres must reach it
@@ -77,5 +87,30 @@ def app_env(redis_db: int = 0) -> dict[str, str]:
         "DATABASE_URL": database_url(),
         "REDIS_SENTINELS": sentinels(),
         "REDIS_SENTINEL_MASTER": MASTER,
-        "REDIS_URL": f"redis://{MASTER}/{redis_db}",
+        "REDIS_URL": f"redis://:{REDIS_PASSWORD}@{MASTER}/{redis_db}",
+        "REDIS_SENTINEL_PASSWORD": SENTINEL_PASSWORD,
     }
+
+
+# The lab's own Redis clients (its checks and faults), with the passwords.
+def redis_at(host: Host, **kwargs):
+    """A client of the Redis server on `host` itself (whatever its role)."""
+    import redis
+
+    return redis.Redis(host=host.address, port=REDIS_PORT, password=REDIS_PASSWORD, **kwargs)
+
+
+def sentinel_at(host: Host, **kwargs):
+    """A client of the sentinel on `host` (SENTINEL commands)."""
+    import redis
+
+    return redis.Redis(host=host.address, port=SENTINEL_PORT, password=SENTINEL_PASSWORD, **kwargs)
+
+
+def redis_primary(db: int, timeout: float = 2.0):
+    """A client of the primary the sentinels name, database `db`."""
+    from redis.sentinel import Sentinel
+
+    hosts = [(h.address, SENTINEL_PORT) for h in REDIS_HOSTS]
+    sentinel = Sentinel(hosts, socket_timeout=timeout, sentinel_kwargs={"password": SENTINEL_PASSWORD})
+    return sentinel.master_for(MASTER, db=db, socket_timeout=timeout, password=REDIS_PASSWORD)
