@@ -202,14 +202,14 @@ async def _apps(run, fault: Fault, spans: list[Span]) -> None:
 
     async def report() -> None:
         fault.steps.extend(_app_figures(run, heights.changes, steps))
-        doubled = _doubled(heights.changes)
+        doubled = doubled_periods(heights.changes)
         if doubled:
             fault.problems.append(f"rolling: the beat ran {doubled} period(s) twice")
 
     run.heals.append(report)
 
 
-def _doubled(changes: list[tuple[float, int]]) -> int:
+def doubled_periods(changes: list[tuple[float, int]]) -> int:
     """Periods run twice: RedBeat's count moving by 2 between reads, or two runs within half a period."""
     steps = [b[1] - a[1] for a, b in itertools.pairwise(changes)]
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
@@ -232,7 +232,7 @@ def _app_figures(run, changes: list[tuple[float, int]], steps) -> list[str]:
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
     lines.append(
         f"beat: {len(changes) - 1} runs of the 1 s entry over the app hosts' restarts, shortest interval "
-        f"{min(gaps, default=0.0):.2f} s, periods run twice: {_doubled(changes)}; RedBeat's lock now with "
+        f"{min(gaps, default=0.0):.2f} s, periods run twice: {doubled_periods(changes)}; RedBeat's lock now with "
         f"beat-{run.beat_host.name}'s host expected"
     )
     return lines
