@@ -238,7 +238,8 @@ def drain(host: Host, timeout: float = 10.0) -> float:
 
 def stop_programs(sup: AppSupervisor, host: Host) -> None:
     """The host's programs stopped gracefully (SIGTERM, supervisord's wait): granian finishes its
-    requests, Daphne closes its websockets (1001), the worker its task, the beat gives up its lock."""
+    requests, Daphne's websockets end (the clients connect again to the other host), the worker
+    finishes its task, the beat gives up its lock."""
     for name in PROGRAMS:
         if sup.rpc().getProcessInfo(f"{name}-{host.name}")["statename"] == "RUNNING":
             sup.rpc().stopProcess(f"{name}-{host.name}", True)

@@ -111,6 +111,15 @@ class Heights:
                     last = runs
             time.sleep(0.1)
 
+    def intervals(self) -> list[float]:
+        """Seconds between runs (the first reading is the count when the watch began, not a run)."""
+        return [b[0] - a[0] for a, b in itertools.pairwise(self.changes[1:])]
+
+    def doubled(self) -> int:
+        """Periods run twice: the count moving by 2 between reads, or two runs within half a period."""
+        steps = [b[1] - a[1] for a, b in itertools.pairwise(self.changes)]
+        return sum(1 for s in steps if s > 1) + sum(1 for g in self.intervals() if g < 0.5)
+
 
 @dataclass
 class Socket:
@@ -353,7 +362,7 @@ def main(argv: list[str]) -> int:
         run = asyncio.run(fault_run(port, world, say, args.before, args.after))
         heights.stop.set()
         killed_at = run["killed_at"]
-        ok = report_beat(heights.changes, killed_at, say) and ok
+        ok = report_beat(heights, killed_at, say) and ok
         for i, sock in enumerate(run["sockets"]):
             good, text = judge_socket(sock, run["final"])
             say(f"websocket {i + 1}: {'OK' if good else 'FAIL'}: {text}")
@@ -380,12 +389,11 @@ def main(argv: list[str]) -> int:
     return 0 if ok else 1
 
 
-def report_beat(changes: list[tuple[float, int]], killed_at: float, say) -> bool:
+def report_beat(heights: Heights, killed_at: float, say) -> bool:
+    changes = heights.changes
     before = [(t, h) for t, h in changes if t < killed_at]
     after = [(t, h) for t, h in changes if t >= killed_at]
-    steps = [b[1] - a[1] for a, b in itertools.pairwise(changes)]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
-    doubled = sum(1 for s in steps if s > 1) + sum(1 for g in gaps if g < 0.5)
+    doubled = heights.doubled()
     if not after:
         say("beat: NO periodic task ran after the kill")
         return False
@@ -393,7 +401,7 @@ def report_beat(changes: list[tuple[float, int]], killed_at: float, say) -> bool
     say(
         f"beat: last run by app1 {last:+.1f} s before the kill, first by app2 +{after[0][0] - killed_at:.1f} s after "
         f"(RedBeat's lock timeout 10 s + a 1 s poll); {len(changes) - 1} runs of the 1 s block task, "
-        f"shortest interval {min(gaps):.2f} s, periods run twice: {doubled}"
+        f"shortest interval {min(heights.intervals(), default=0.0):.2f} s, periods run twice: {doubled}"
     )
     return doubled == 0
 

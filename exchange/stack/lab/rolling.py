@@ -12,9 +12,10 @@ restarted one at a time under bank.py's load, as an operator upgrading them woul
     app hosts    the fault's stack runs on app1 and app2 behind HAProxy (bank.py, `on_app_hosts`); each
                  in turn drained on HAProxy's runtime API (`set server ... state drain`: no new
                  request; the REST requests in flight end), put in `maint`, its programs stopped
-                 gracefully (Daphne closes its websockets 1001: the clients connect again through
-                 HAProxy to the other host and resync; the beat gives RedBeat's lock up), started
-                 again, healthy, `ready`; the next once HAProxy's checks see it up.
+                 gracefully (Daphne's websockets end with it, 1006 to the clients through HAProxy:
+                 they connect again through HAProxy to the other host and resync; the beat gives
+                 RedBeat's lock up), started again, healthy, `ready`; the next once HAProxy's checks
+                 see it up.
 
 Each step's refusals (transfers not answered 200 that started during the step) and the websockets
 closed during it are counted once the load is over; the beat's runs (RedBeat's count of the 1 s
@@ -201,23 +202,16 @@ async def _apps(run, fault: Fault, spans: list[Span]) -> None:
         heights.stop.set()
 
     async def report() -> None:
-        fault.steps.extend(_app_figures(run, heights.changes, steps))
-        doubled = doubled_periods(heights.changes)
+        fault.steps.extend(_app_figures(run, heights, steps))
+        doubled = heights.doubled()
         if doubled:
             fault.problems.append(f"rolling: the beat ran {doubled} period(s) twice")
 
     run.heals.append(report)
 
 
-def doubled_periods(changes: list[tuple[float, int]]) -> int:
-    """Periods run twice: RedBeat's count moving by 2 between reads, or two runs within half a period."""
-    steps = [b[1] - a[1] for a, b in itertools.pairwise(changes)]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
-    return sum(1 for s in steps if s > 1) + sum(1 for g in gaps if g < 0.5)
-
-
-def _app_figures(run, changes: list[tuple[float, int]], steps) -> list[str]:
-    lines = []
+def _app_figures(run, heights: Heights, steps) -> list[str]:
+    changes, lines = heights.changes[1:], []  # the first reading is not a run
     for host, began, stopped, ended in steps:
         closed = [s for s in run.segments if s.closed is not None and began <= s.closed <= ended]
         runs = [t for t, _ in changes if began <= t <= ended]
@@ -229,11 +223,9 @@ def _app_figures(run, changes: list[tuple[float, int]], steps) -> list[str]:
             f"longest pause {gap:.1f} s, first run after its programs stopped "
             + (f"+{after - stopped:.1f} s" if after is not None else "none")
         )
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
     lines.append(
-        f"beat: {len(changes) - 1} runs of the 1 s entry over the app hosts' restarts, shortest interval "
-        f"{min(gaps, default=0.0):.2f} s, periods run twice: {doubled_periods(changes)}; RedBeat's lock now with "
-        f"beat-{run.beat_host.name}'s host expected"
+        f"beat: {len(changes)} runs of the 1 s entry over the app hosts' restarts, shortest interval "
+        f"{min(heights.intervals(), default=0.0):.2f} s, periods run twice: {heights.doubled()}"
     )
     return lines
 

@@ -22,7 +22,6 @@ from exchange.stack.chaos.records import Answer, Fault, now
 from exchange.stack.lab import apphosts, cluster, topology
 from exchange.stack.lab.fault import OnTheLab, redis_client
 from exchange.stack.lab.hostfault import Heights
-from exchange.stack.lab.rolling import doubled_periods
 from exchange.stack.private import process_children
 from exchange.stack.simulation.driver import Simulation
 from exchange.stack.simulation.plan import FIRST_FAULT_SECONDS, QUIET_END_SECONDS
@@ -114,8 +113,8 @@ class LabSimulation(OnTheLab, Simulation):
         fault.steps.append(f"SIGKILL to every process on {victim.name} (RedBeat's holder): {count}")
         await asyncio.sleep(away)
         heights.stop.set()
-        after = [t for t, _ in heights.changes if t >= killed_at]
-        doubled = doubled_periods(heights.changes)
+        after = [t for t, _ in heights.changes[1:] if t >= killed_at]
+        doubled = heights.doubled()
         fault.steps.append(
             f"beat-{other.name} ran the 1 s entry "
             + (f"+{after[0] - killed_at:.1f} s after the kill" if after else "NOT within the time away")
