@@ -216,3 +216,28 @@ def test_the_beat_watch_counts_a_period_run_twice_but_not_its_own_first_reading(
     assert heights.intervals() == pytest.approx([1.0, 0.9, 1.1])
     heights.changes += [(103.3, 12), (104.3, 14)]  # two runs 0.2 s apart, then a count moving by 2
     assert heights.doubled() == 2
+
+
+def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_lab_simulation():
+    from exchange.stack.chaos.records import Answer
+    from exchange.stack.simulation.lab import LabSimulation
+
+    sim = LabSimulation.__new__(LabSimulation)  # the check alone: no stack
+    sim.app_kills = [10.0]
+    sim.answers = [
+        Answer("universal", "s28-u48", "c2", 9.9, 10.4, 502),  # in flight at the kill: HAProxy's page
+        Answer("transfer", "s28-t1", "c1", 9.0, 9.1, 200),
+    ]
+    check = sim.check_answers()
+    assert check.ok, check.detail
+    assert "in flight on a killed app host" in check.detail
+    sim.answers += [
+        Answer("transfer", "s28-t2", "c1", 12.0, 12.1, 502),  # after the kill: not spared
+        Answer("transfer", "s28-t3", "c1", 9.9, 10.4, 500, code=-1000),  # the service's own 500: never
+    ]
+    check = sim.check_answers()
+    assert not check.ok
+    broken = check.detail.split("BREAKING THE RULES")[1]
+    assert "s28-t2" in broken
+    assert "s28-t3" in broken
+    assert "s28-u48" not in broken
