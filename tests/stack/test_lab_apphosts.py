@@ -223,14 +223,16 @@ def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_l
     from exchange.stack.simulation.lab import LabSimulation
 
     sim = LabSimulation.__new__(LabSimulation)  # the check alone: no stack
-    sim.app_kills = [10.0]
+    sim.app_kills = [(10.0, 10.2)]  # the kill began at 10.0, its last SIGKILL at 10.2
+    sim.t0 = 0.0
     sim.answers = [
         Answer("universal", "s28-u48", "c2", 9.9, 10.4, 502),  # in flight at the kill: HAProxy's page
         Answer("transfer", "s28-t1", "c1", 9.0, 9.1, 200),
+        Answer("convert", "cycle-1", "cycler", 10.1, 10.3, 502),  # sent while the pids were being killed
     ]
     check = sim.check_answers()
     assert check.ok, check.detail
-    assert "in flight on a killed app host" in check.detail
+    assert "in flight on an app host killed (+10.00 s): {502/None: 2}" in check.detail
     sim.answers += [
         Answer("transfer", "s28-t2", "c1", 12.0, 12.1, 502),  # after the kill: not spared
         Answer("transfer", "s28-t3", "c1", 9.9, 10.4, 500, code=-1000),  # the service's own 500: never

@@ -49,8 +49,13 @@ def lab_is_up() -> bool:
     return cluster.pg_leader() is not None and cluster.redis_primary() is not None
 
 
-def _cut_by_a_kill(answer: Answer, kills: list[float]) -> bool:
-    return answer.status == 502 and answer.code is None and any(answer.started <= k <= answer.ended for k in kills)
+def _cut_by_a_kill(answer: Answer, kills: list[tuple[float, float]]) -> bool:
+    """HAProxy's 502 for a request sent before the kill was over and answered after it began."""
+    return (
+        answer.status == 502
+        and answer.code is None
+        and any(answer.started <= done and answer.ended >= began for began, done in kills)
+    )
 
 
 class LabSimulation(OnTheLab, Simulation):
@@ -60,7 +65,7 @@ class LabSimulation(OnTheLab, Simulation):
         super().__init__(seed, minutes, customers, out)
         self.fault_plan = lab_fault_plan(seed, minutes)
         self.heals: list = []
-        self.app_kills: list[float] = []  # when app-kill's SIGKILLs went out
+        self.app_kills: list[tuple[float, float]] = []  # app-kill's kills: (began, every SIGKILL sent)
 
     @property
     def stack_log(self):
@@ -109,9 +114,11 @@ class LabSimulation(OnTheLab, Simulation):
             return check
         cut = [a for a in self.answers if _cut_by_a_kill(a, self.app_kills)]
         breaking = [a for a in self.answers if a.breaks_a_rule and not any(a is c for c in cut)]
-        detail = f"{len(self.answers)} requests {tally(self.answers)}; in flight on a killed app host: {tally(cut)}"
+        kills = ", ".join(f"+{b - self.t0:.2f} s" for b, _ in self.app_kills)
+        detail = f"{len(self.answers)} requests {tally(self.answers)}; in flight on an app host killed ({kills}): "
+        detail += tally(cut)
         if breaking:
-            named = ", ".join(f"{a.kind} {a.ident}" for a in breaking[:10])
+            named = ", ".join(f"{a.kind} {a.ident} (+{a.started - self.t0:.2f} s)" for a in breaking[:10])
             detail += f"; BREAKING THE RULES {tally(breaking)}: {named}"
         return Check("answers", not breaking, detail)
 
@@ -129,8 +136,8 @@ class LabSimulation(OnTheLab, Simulation):
         await asyncio.sleep(1.5)  # a run or two of the beat before the kill
         fault.start = now()
         killed_at = now()  # time.monotonic(), as Heights' clock
-        self.app_kills.append(killed_at)
         count = await asyncio.to_thread(apphosts.kill_host, victim)
+        self.app_kills.append((killed_at, now()))  # from before the pids are listed until the last SIGKILL
         self.beat_host = other
         fault.steps.append(f"SIGKILL to every process on {victim.name} (RedBeat's holder): {count}")
         await asyncio.sleep(away)
