@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from exchange.stack.lab import apphosts
 from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT
 from exchange.stack.supervisor import supervisord_conf
@@ -87,3 +89,169 @@ def test_the_hosts_trust_haproxys_own_source_address_only():
     assert "http-request del-header X-Real-IP" in cfg
     env = apphosts.app_env({})
     assert env["TRUSTED_PROXIES"] == PROXY_ADDRESS != GATEWAY
+
+
+# --- the rolling restart's drain on HAProxy's runtime API (a stand-in stats socket) --------------------
+
+_STAT = (
+    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status\n"
+    "rest,app1,0,0,{scur},3,,10,0,0,,0,,0,0,0,0,{status}\n"
+    "rest,app2,0,0,2,3,,10,0,0,,0,,0,0,0,0,UP\n"
+    "ws,app1,0,0,1,2,,5,0,0,,0,,0,0,0,0,{status}\n"
+)
+
+
+def _fake_haproxy(run_dir, answers):
+    """A unix socket at run_dir/haproxy.sock answering as HAProxy's stats socket; the commands it got."""
+    import socket
+    import threading
+
+    got = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(run_dir / "haproxy.sock"))
+    server.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                command = conn.recv(4096).decode().strip()
+                got.append(command)
+                conn.sendall(answers(command).encode())
+
+    threading.Thread(target=serve, daemon=True).start()
+    return got, server
+
+
+def test_drain_sets_both_backends_and_waits_for_the_rest_requests_to_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(apphosts, "RUN_DIR", tmp_path)
+    scur = iter([2, 1, 0])
+
+    def answers(command):
+        if command == "show stat":
+            return _STAT.format(scur=next(scur, 0), status="DRAIN")
+        return "\n"  # a `set server` that worked answers an empty line
+
+    got, server = _fake_haproxy(tmp_path, answers)
+    try:
+        apphosts.drain(APP_HOSTS[0], timeout=5)
+        apphosts.set_state(APP_HOSTS[0], "maint")
+    finally:
+        server.close()
+    sets = [c for c in got if c.startswith("set server")]
+    assert sets == [
+        "set server rest/app1 state drain",
+        "set server ws/app1 state drain",
+        "set server rest/app1 state maint",
+        "set server ws/app1 state maint",
+    ]
+    assert got.count("show stat") == 3  # until app1's REST sessions were 0
+
+
+def test_a_refused_runtime_command_is_an_error_and_up_means_up_in_both_backends(tmp_path, monkeypatch):
+
+    monkeypatch.setattr(apphosts, "RUN_DIR", tmp_path)
+    status = iter(["MAINT", "DOWN 1/2", "UP"])
+
+    def answers(command):
+        if command == "show stat":
+            return _STAT.format(scur=0, status=next(status, "UP"))
+        return "No such server.\n"
+
+    _got, server = _fake_haproxy(tmp_path, answers)
+    try:
+        with pytest.raises(RuntimeError, match="No such server"):
+            apphosts.set_state(APP_HOSTS[0], "ready")
+        assert apphosts.server_stats(APP_HOSTS[0])["rest"]["status"] == "MAINT"
+        assert apphosts.wait_up(APP_HOSTS[0], timeout=5)
+    finally:
+        server.close()
+
+
+# --- hostfault's transfers: every one answered and once in the database ---------------------------------
+
+
+def test_a_transfer_left_unanswered_or_made_twice_fails_and_a_retry_duplicate_counts_once():
+    from exchange.stack.lab.hostfault import DUPLICATE, Sent, judge_transfers
+
+    book = {"lab-h0": ["10"], "lab-h1": ["11"], "lab-h3": ["13", "14"], "lab-h5": ["15"]}
+    ok = [
+        Sent("lab-h0", 200, ref="10"),
+        # in flight on the killed host, made there; the retry is told duplicate and finds it by client id
+        Sent("lab-h1", 400, DUPLICATE, ref="11", first=None, attempts=3),
+        # in flight, never reached the database; made by the retry
+        Sent("lab-h2", 400, -1131),
+    ]
+    assert judge_transfers(ok, book) == []
+    bad = judge_transfers(
+        [
+            Sent("lab-h3", 200, ref="13"),  # twice in the database
+            Sent("lab-h4", None, attempts=5),  # never answered
+            Sent("lab-h5", 400, -1131),  # refused but made
+            Sent("lab-h6", 400, DUPLICATE, ref=None, attempts=2),  # duplicate of nothing
+        ],
+        book,
+    )
+    assert [b.split(":")[0] for b in bad] == ["lab-h3", "lab-h4", "lab-h5", "lab-h6"]
+
+
+# --- simulate --lab: its faults ---------------------------------------------------------------------------
+
+
+def test_the_lab_simulation_draws_an_app_host_kill_and_drops_connections_on_its_own_database():
+    import inspect
+
+    from exchange.stack.simulation import faults
+    from exchange.stack.simulation.lab import LAB_FAULTS, OWN_FAULTS, LabSimulation, lab_fault_plan
+
+    assert "app-kill" in LAB_FAULTS
+    assert "connections_dropped" in OWN_FAULTS
+    long_plan = [name for _, name in lab_fault_plan(2831, 60)]
+    assert set(long_plan) == {*LAB_FAULTS, *OWN_FAULTS}
+    assert lab_fault_plan(2831, 5) == lab_fault_plan(2831, 5)
+    assert LabSimulation.on_app_hosts
+    source = inspect.getsource(faults.Faults.fault)
+    assert "datname = current_database()" in source
+    assert "datname = 'sim'" not in source
+
+
+def test_the_beat_watch_counts_a_period_run_twice_but_not_its_own_first_reading():
+    from exchange.stack.lab.hostfault import Heights
+
+    heights = Heights(None)
+    # the watch began at 100.0 (count 7) and the next run came 0.1 s later: one run each second after
+    heights.changes = [(100.0, 7), (100.1, 8), (101.1, 9), (102.0, 10), (103.1, 11)]
+    assert heights.doubled() == 0
+    assert heights.intervals() == pytest.approx([1.0, 0.9, 1.1])
+    heights.changes += [(103.3, 12), (104.3, 14)]  # two runs 0.2 s apart, then a count moving by 2
+    assert heights.doubled() == 2
+
+
+def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_lab_simulation():
+    from exchange.stack.chaos.records import Answer
+    from exchange.stack.simulation.lab import LabSimulation
+
+    sim = LabSimulation.__new__(LabSimulation)  # the check alone: no stack
+    sim.app_kills = [(10.0, 10.2)]  # the kill began at 10.0, its last SIGKILL at 10.2
+    sim.t0 = 0.0
+    sim.answers = [
+        Answer("universal", "s28-u48", "c2", 9.9, 10.4, 502),  # in flight at the kill: HAProxy's page
+        Answer("transfer", "s28-t1", "c1", 9.0, 9.1, 200),
+        Answer("convert", "cycle-1", "cycler", 10.1, 10.3, 502),  # sent while the pids were being killed
+    ]
+    check = sim.check_answers()
+    assert check.ok, check.detail
+    assert "in flight on an app host killed (+10.00 s): {502/None: 2}" in check.detail
+    sim.answers += [
+        Answer("transfer", "s28-t2", "c1", 12.0, 12.1, 502),  # after the kill: not spared
+        Answer("transfer", "s28-t3", "c1", 9.9, 10.4, 500, code=-1000),  # the service's own 500: never
+    ]
+    check = sim.check_answers()
+    assert not check.ok
+    broken = check.detail.split("BREAKING THE RULES")[1]
+    assert "s28-t2" in broken
+    assert "s28-t3" in broken
+    assert "s28-u48" not in broken

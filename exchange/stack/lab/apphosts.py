@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -253,3 +254,78 @@ def stop_host(sup: AppSupervisor, host: Host) -> None:
         info = sup.rpc().getProcessInfo(f"{name}-{host.name}")
         if info["statename"] == "RUNNING":
             sup.rpc().stopProcess(f"{name}-{host.name}", True)
+
+
+# --- HAProxy's runtime API (its stats socket, `level admin`) and a host's graceful restart -------------
+
+BACKENDS = ("rest", "ws")
+PROGRAMS = ("rest", "ws", "worker", "beat")  # stopped in this order, started in reverse
+
+
+def haproxy(command: str, timeout: float = 5.0) -> str:
+    """One command on HAProxy's stats socket; its answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(RUN_DIR / "haproxy.sock"))
+        sock.sendall(command.encode() + b"\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def set_state(host: Host, state: str) -> None:
+    """`ready`, `drain` (no new request or connection; those open stay) or `maint` in both backends."""
+    for backend in BACKENDS:
+        answer = haproxy(f"set server {backend}/{host.name} state {state}").strip()
+        if answer:
+            raise RuntimeError(f"HAProxy: set server {backend}/{host.name} state {state}: {answer}")
+
+
+def server_stats(host: Host) -> dict[str, dict[str, str]]:
+    """`show stat` of the host's servers: backend -> {status, scur, ...}."""
+    lines = haproxy("show stat").splitlines()
+    header = lines[0].lstrip("# ").split(",")
+    out = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split(","), strict=False))
+        if row.get("svname") == host.name and row.get("pxname") in BACKENDS:
+            out[row["pxname"]] = row
+    return out
+
+
+def drain(host: Host, timeout: float = 10.0) -> float:
+    """The host drained: HAProxy sends it nothing new; seconds until its REST requests are over (the
+    websockets stay: Daphne closes them when it stops)."""
+    began = time.monotonic()
+    set_state(host, "drain")
+    while time.monotonic() - began < timeout and int(server_stats(host).get("rest", {}).get("scur") or 0):
+        time.sleep(0.1)
+    return time.monotonic() - began
+
+
+def stop_programs(sup: AppSupervisor, host: Host) -> None:
+    """The host's programs stopped gracefully (SIGTERM, supervisord's wait): granian finishes its
+    requests, Daphne's websockets end (the clients connect again to the other host), the worker
+    finishes its task, the beat gives up its lock."""
+    for name in PROGRAMS:
+        if sup.rpc().getProcessInfo(f"{name}-{host.name}")["statename"] == "RUNNING":
+            sup.rpc().stopProcess(f"{name}-{host.name}", True)
+
+
+def start_programs(sup: AppSupervisor, host: Host, port: int) -> None:
+    for name in reversed(PROGRAMS):
+        if sup.rpc().getProcessInfo(f"{name}-{host.name}")["statename"] != "RUNNING":
+            sup.rpc().startProcess(f"{name}-{host.name}", True)
+    wait_ready([host], port)
+
+
+def wait_up(host: Host, timeout: float = 30.0) -> bool:
+    """Until HAProxy's checks see the host up in both backends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = server_stats(host)
+        if all(stats.get(b, {}).get("status", "").startswith("UP") for b in BACKENDS):
+            return True
+        time.sleep(0.2)
+    return False

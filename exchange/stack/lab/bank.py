@@ -3,7 +3,8 @@
 The load is the chaos run's (exchange/stack/chaos: signed transfer clients with client ids, a
 withdrawal a second with a universal transfer and a collection every third, websockets on the peer's
 listenKey that connect again and resync) plus the peer converting PHP <-> USDT; the stack is
-`make run`'s, in the machine's own namespace, pointed at the lab. The bank check at the end: the
+`make run`'s, in the machine's own namespace, pointed at the lab (for `rolling`: on the application
+hosts behind HAProxy, ON_APP_HOSTS). The bank check at the end: the
 chaos checks (ledger_check, every transfer / withdrawal / collection once, every websocket event once
 and in order across the reconnects), every accepted conversion once, the peer's balances on
 GET /openapi/v1/account equal to what its client computed from the answers it was given, and no
@@ -42,6 +43,10 @@ ACCEPT = "/openapi/convert/v1/accept-quote"
 CONVERSIONS = [("PHP", "USDT", "50"), ("USDT", "PHP", "1")]
 WATCHED = ("USDT", "PHP")  # the peer's assets its client keeps the sum of
 
+# The faults whose run puts the stack on the application hosts behind HAProxy (apphosts.py): the
+# rolling restart restarts them too. The others keep the stack in this namespace (their figures).
+ON_APP_HOSTS = ("rolling",)
+
 Inject = Callable[["LabRun", Fault], Awaitable[None]]
 
 
@@ -58,6 +63,12 @@ class LabRun(OnTheLab, Chaos):
         return world
 
     def describe(self) -> str:
+        if self.on_app_hosts:
+            return (
+                f"stack up on app1 and app2 behind HAProxy ({HOST}:{self.port}); beat-{self.beat_host.name} holds "
+                f"RedBeat's lock; PostgreSQL primary {cluster.pg_leader().name}, "
+                f"Redis primary {cluster.redis_primary()}"
+            )
         return (
             f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
             f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
@@ -279,6 +290,7 @@ def run_fault(name: str, inject: Inject, *, before: float, after: float, out) ->
     if cluster.pg_leader() is None:
         raise SystemExit("the lab is not up: python -m exchange.stack.lab up")
     run = LabRun(int(time.time()) % 100000, out)
+    run.on_app_hosts = name in ON_APP_HOSTS
     run.start(Path(tempfile.gettempdir()))
     checks: list[Check] = []
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 from pathlib import Path
@@ -15,10 +16,18 @@ import psycopg
 
 from exchange.api.replay_memory import declare_complete
 from exchange.stack.chaos.records import now
-from exchange.stack.lab import cluster, net, topology
+from exchange.stack.lab import apphosts, cluster, net, topology
+from exchange.stack.ports import free_block
+from exchange.stack.private import Book, stack_environment
+from exchange.stack.services import manage
 
 REDIS_DB = 1
 REJOIN_SECONDS = 180.0
+
+
+def redis_client(db: int = REDIS_DB):
+    """The lab's Redis primary (database `db`) through Sentinel, with the lab's passwords."""
+    return topology.redis_primary(db)
 
 
 def fresh(env: dict[str, str]) -> None:
@@ -36,16 +45,38 @@ def fresh(env: dict[str, str]) -> None:
 class OnTheLab:
     """A PrivateStack's run (the chaos run, the simulation) with its stack on the lab's PostgreSQL and
     Redis, through Patroni's multi-host URL and Sentinel, instead of private servers: a fresh
-    application database and Redis database each time; `stop` leaves the lab up."""
+    application database and Redis database each time; `stop` leaves the lab up. With `on_app_hosts`
+    the stack runs on app1 and app2 behind HAProxy (apphosts.py) instead of in this namespace."""
 
     STACK_DIR: Path | None = None  # where the stack's files go; None: the run's own directory
+    on_app_hosts = False
 
     def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
         self.base = base
         app = topology.app_env(REDIS_DB)
         fresh(app)
+        if self.on_app_hosts:
+            return self.launch_on_app_hosts(*demo_args, **(app | env))
         run_dir = self.STACK_DIR or base / "stack"
         return self.launch(run_dir, app["DATABASE_URL"], app["REDIS_URL"], *demo_args, **(app | env))
+
+    def launch_on_app_hosts(self, *demo_args: str, **env: str) -> dict:
+        """As PrivateStack.launch, the programs on app1 and app2 (apphosts.py) and HAProxy on the port
+        the clients use; app1's beat holds RedBeat's lock (`beat_host`)."""
+        self.port = free_block(1)
+        self.run_dir = apphosts.RUN_DIR
+        base = stack_environment(env["DATABASE_URL"], env["REDIS_URL"], self.port, self.run_dir)
+        self.env = apphosts.app_env(base | env)
+        for args in (("migrate", "--noinput", "-v", "0"), ("demo", *demo_args)):
+            done = manage(self.env, *args)
+        self.book = Book(self.env["DATABASE_URL"])
+        self.layout = apphosts.host_layout(topology.APP_HOSTS[0], self.env)
+        self.supervisor = apphosts.supervisor(self.env, self.port)
+        self.supervisor.start()
+        apphosts.wait_ready(topology.APP_HOSTS, self.port)
+        apphosts.start_beats(self.supervisor, redis_client())
+        self.beat_host = topology.APP_HOSTS[0]
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
     def stop(self) -> None:
         self.stop_programs()

@@ -4,7 +4,9 @@ websockets on master's listenKey through HAProxy; SIGKILL to every process of ap
 seconds until the other host's beat runs a periodic task (the simulated chain's block, every second:
 RedBeat's run count of the entry in Redis, so a period run twice shows), the websockets of
 app1 reconnected through HAProxy and resynced (REST balance, then the stream: every event once, in
-order: each position is the last one plus the 0.01 received), every 200 once in the database,
+order: each position is the last one plus the 0.01 received), every transfer answered and once in the
+database (the one in flight on app1 when it died is sent again by its client, same client id, new
+signature, until answered: 200, or 400 -1010 duplicate when the first attempt was made),
 `ledger_check`. Then transfers/s with both hosts and with one.
 
     python -m exchange.stack.lab hostfault [--before 10] [--after 30] [--bench 20] [--clients 8]
@@ -21,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -30,7 +33,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from exchange.api.replay_memory import declare_complete
 from exchange.stack import client
-from exchange.stack.chaos.records import TRANSFER, send
+from exchange.stack.chaos.records import TRANSFER, TRANSFER_QUERY, send
 from exchange.stack.lab import apphosts, cluster, topology
 from exchange.stack.ports import HOST, free_block
 from exchange.stack.private import stack_environment
@@ -104,6 +107,15 @@ class Heights:
                     self.changes.append((time.monotonic(), runs))
                     last = runs
             time.sleep(0.1)
+
+    def intervals(self) -> list[float]:
+        """Seconds between runs (the first reading is the count when the watch began, not a run)."""
+        return [b[0] - a[0] for a, b in itertools.pairwise(self.changes[1:])]
+
+    def doubled(self) -> int:
+        """Periods run twice: the count moving by 2 between reads, or two runs within half a period."""
+        steps = [b[1] - a[1] for a, b in itertools.pairwise(self.changes)]
+        return sum(1 for s in steps if s > 1) + sum(1 for g in self.intervals() if g < 0.5)
 
 
 @dataclass
@@ -195,20 +207,71 @@ async def listen_key(api_key: str, port: int) -> str:
     return json.loads(body)["listenKey"]
 
 
+# How long a client tries one transfer again (a new timestamp and signature, the same client id)
+# before it gives up and the run counts it unanswered.
+RETRY_SECONDS = 60.0
+DUPLICATE = -1010  # wallet.errors.DuplicateClientTransferId: the client id was used (by an earlier attempt)
+
+
+@dataclass
+class Sent:
+    """One transfer as its client saw it: the last attempt's answer, the first's, how many attempts."""
+
+    ident: str
+    status: int | None
+    code: int | None = None
+    ref: str | None = None  # the transfer's id: answered 200, or (a duplicate) found by its client id
+    first: int | None = None
+    attempts: int = 1
+
+
 async def pay(port, signer, target, counter, sent, stop) -> None:
+    """Transfers of 0.01 USDT, each with its client id; one without an answer (the connection reset,
+    the host gone) or with a 5xx is sent again, signed anew, through HAProxy until it is answered:
+    200 (made by this attempt) or 400 -1010 duplicate (made by an earlier one: its id asked for)."""
     conn = client.HttpConnection(HOST, port)
     try:
         while not stop.is_set():
             ident = f"lab-h{next(counter)}"
             params = {"account": "USDT", "target_address": target, "amount": "0.01", "client_transfer_id": ident}
-            status, body, _ = await send(conn, "POST", f"{TRANSFER}?{signer.signed(params)}", signer.api_key)
-            ref = None
-            if status == 200:
-                ref = str(json.loads(body).get("transfer", {}).get("id"))
-            sent.append((ident, status, ref))
-            await asyncio.sleep(0.05 if status != 200 else 0.02)
+            record = Sent(ident, None)
+            deadline = time.monotonic() + RETRY_SECONDS
+            while True:
+                status, body, _ = await send(conn, "POST", f"{TRANSFER}?{signer.signed(params)}", signer.api_key)
+                if record.attempts == 1:
+                    record.first = status
+                data = {}
+                with contextlib.suppress(ValueError):
+                    data = json.loads(body) if body else {}
+                record.status, record.code = status, data.get("code") if isinstance(data, dict) else None
+                if status == 200:
+                    record.ref = str(data.get("transfer", {}).get("id"))
+                if (status is not None and status < 500) or time.monotonic() > deadline:
+                    break
+                record.attempts += 1
+                await asyncio.sleep(0.2)
+            if record.attempts > 1 and record.status == 400 and record.code == DUPLICATE:
+                record.ref = await transfer_by_client_id(port, signer, ident)
+            sent.append(record)
+            await asyncio.sleep(0.05 if record.status != 200 else 0.02)
     finally:
         await conn.close()
+
+
+async def transfer_by_client_id(port, signer, ident: str) -> str | None:
+    """The sender's transfer with client id `ident` (GET .../transfers?client_transfer_id=), its id."""
+    conn = client.HttpConnection(HOST, port)
+    try:
+        for _ in range(50):
+            query = signer.signed({"client_transfer_id": ident})
+            status, body, _ = await send(conn, "GET", f"{TRANSFER_QUERY}?{query}", signer.api_key)
+            if status == 200:
+                found = json.loads(body).get("transfers", [])
+                return str(found[0]["id"]) if found else None
+            await asyncio.sleep(0.2)
+    finally:
+        await conn.close()
+    return None
 
 
 async def fault_run(port, world, say, before: float, after: float) -> dict:
@@ -296,7 +359,7 @@ def main(argv: list[str]) -> int:
         run = asyncio.run(fault_run(port, world, say, args.before, args.after))
         heights.stop.set()
         killed_at = run["killed_at"]
-        ok = report_beat(heights.changes, killed_at, say) and ok
+        ok = report_beat(heights, killed_at, say) and ok
         for i, sock in enumerate(run["sockets"]):
             good, text = judge_socket(sock, run["final"])
             say(f"websocket {i + 1}: {'OK' if good else 'FAIL'}: {text}")
@@ -323,12 +386,11 @@ def main(argv: list[str]) -> int:
     return 0 if ok else 1
 
 
-def report_beat(changes: list[tuple[float, int]], killed_at: float, say) -> bool:
+def report_beat(heights: Heights, killed_at: float, say) -> bool:
+    changes = heights.changes
     before = [(t, h) for t, h in changes if t < killed_at]
     after = [(t, h) for t, h in changes if t >= killed_at]
-    steps = [b[1] - a[1] for a, b in itertools.pairwise(changes)]
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(changes)]
-    doubled = sum(1 for s in steps if s > 1) + sum(1 for g in gaps if g < 0.5)
+    doubled = heights.doubled()
     if not after:
         say("beat: NO periodic task ran after the kill")
         return False
@@ -336,12 +398,32 @@ def report_beat(changes: list[tuple[float, int]], killed_at: float, say) -> bool
     say(
         f"beat: last run by app1 {last:+.1f} s before the kill, first by app2 +{after[0][0] - killed_at:.1f} s after "
         f"(RedBeat's lock timeout 10 s + a 1 s poll); {len(changes) - 1} runs of the 1 s block task, "
-        f"shortest interval {min(gaps):.2f} s, periods run twice: {doubled}"
+        f"shortest interval {min(heights.intervals(), default=0.0):.2f} s, periods run twice: {doubled}"
     )
     return doubled == 0
 
 
-def report_transfers(sent: list, env: dict[str, str], say) -> bool:
+def judge_transfers(sent: list[Sent], book: dict[str, list[str]]) -> list[str]:
+    """What breaks "every transfer answered, and exactly once in the database": `book` is client id ->
+    the transfers' ids in the database. A 200 is its own id, once; a retry's 400 -1010 duplicate is one
+    transfer made by an earlier attempt (the id its client found); any other 4xx made nothing;
+    no answer (or a 5xx) at the end is a transfer left unanswered."""
+    bad = []
+    for s in sent:
+        rows = book.get(s.ident, [])
+        if s.status is None or s.status >= 500:
+            bad.append(f"{s.ident}: unanswered after {s.attempts} attempt(s) ({s.status}), in the database {rows}")
+        elif s.status == 200 and rows != [s.ref]:
+            bad.append(f"{s.ident}: 200 with id {s.ref}, in the database {rows}")
+        elif s.status == 400 and s.code == DUPLICATE and s.attempts > 1:
+            if len(rows) != 1 or rows != [s.ref]:
+                bad.append(f"{s.ident}: duplicate on attempt {s.attempts} (found {s.ref}), in the database {rows}")
+        elif s.status != 200 and rows:
+            bad.append(f"{s.ident}: refused {s.status}/{s.code}, yet in the database {rows}")
+    return bad
+
+
+def report_transfers(sent: list[Sent], env: dict[str, str], say) -> bool:
     with psycopg.connect(env["DATABASE_URL"], autocommit=True) as conn:
         rows = conn.execute(
             "SELECT client_transfer_id, id FROM wallet_transfer WHERE client_transfer_id LIKE %s", ["lab-h%"]
@@ -349,16 +431,22 @@ def report_transfers(sent: list, env: dict[str, str], say) -> bool:
     book: dict[str, list[str]] = {}
     for ident, pk in rows:
         book.setdefault(ident, []).append(str(pk))
-    statuses: dict = {}
-    for _, status, _ in sent:
-        statuses[status] = statuses.get(status, 0) + 1
-    bad = [i for i, status, ref in sent if (status == 200 and book.get(i) != [ref]) or len(book.get(i, [])) > 1]
-    errors = sum(n for s, n in statuses.items() if s is not None and s >= 500 and s != 503)
-    say(f"{len(sent)} transfers through HAProxy: statuses {statuses}; every 200 once in the database: {not bad}")
-    with contextlib.suppress(Exception):
-        if bad:
-            say(f"not once: {bad[:5]}")
-    return not bad and errors == 0
+    statuses = Counter(s.status for s in sent)
+    firsts = Counter(s.first for s in sent)
+    retried = [s for s in sent if s.attempts > 1]
+    bad = judge_transfers(sent, book)
+    say(
+        f"{len(sent)} transfers through HAProxy: first answers {dict(firsts)}, final answers {dict(statuses)}; "
+        f"{len(retried)} sent again with the same client id: "
+        + (
+            ", ".join(f"{s.ident} {s.attempts} attempts -> {s.status}/{s.code} id {s.ref}" for s in retried[:5])
+            or "none"
+        )
+        + f"; every transfer answered and once in the database: {not bad}"
+    )
+    if bad:
+        say(f"not once: {bad[:5]}")
+    return not bad
 
 
 if __name__ == "__main__":

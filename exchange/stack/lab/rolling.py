@@ -9,20 +9,30 @@ restarted one at a time under bank.py's load, as an operator upgrading them woul
     redis hosts  the replicas first (Redis and the sentinel stopped and started; the next once it is
                  a replica in sync), then `SENTINEL FAILOVER` and the former primary's host restarted.
 
-The fault's run starts the stack in the machine's own namespace (bank.py), not on the application
-hosts; `hostfault` restarts-by-killing an application host. Each step's refusals (transfers not
-answered 200 that started during the step) are counted once the load is over.
+    app hosts    the fault's stack runs on app1 and app2 behind HAProxy (bank.py, `on_app_hosts`); each
+                 in turn drained on HAProxy's runtime API (`set server ... state drain`: no new
+                 request; the REST requests in flight end), put in `maint`, its programs stopped
+                 gracefully (Daphne's websockets end with it, 1006 to the clients through HAProxy:
+                 they connect again through HAProxy to the other host and resync; the beat gives
+                 RedBeat's lock up), started again, healthy, `ready`; the next once HAProxy's checks
+                 see it up.
+
+Each step's refusals (transfers not answered 200 that started during the step) and the websockets
+closed during it are counted once the load is over; the beat's runs (RedBeat's count of the 1 s
+entry, hostfault.Heights) tell whether it moved and whether a period ran twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import urllib.request
 
 from exchange.stack.chaos.records import Fault, now, tally
-from exchange.stack.lab import cluster, topology
-from exchange.stack.lab.fault import REJOIN_SECONDS, _member, _poll, _redis_host, _replica_of
+from exchange.stack.lab import apphosts, cluster, topology
+from exchange.stack.lab.fault import REJOIN_SECONDS, _member, _poll, _redis_host, _replica_of, redis_client
+from exchange.stack.lab.hostfault import Heights
 
 Span = tuple[str, float, float]  # (what, started, ended)
 
@@ -161,6 +171,64 @@ def _role(host: topology.Host) -> str | None:
         return None
 
 
+async def _apps(run, fault: Fault, spans: list[Span]) -> None:
+    heights = Heights(redis_client())
+    heights.thread.start()
+    steps: list[tuple[topology.Host, float, float, float]] = []  # (host, began, its beat stopped, ended)
+    try:
+        for host in topology.APP_HOSTS:
+            began = now()
+            drained = await asyncio.to_thread(apphosts.drain, host)
+            await asyncio.to_thread(apphosts.set_state, host, "maint")
+            await asyncio.to_thread(apphosts.stop_programs, run.supervisor, host)
+            stopped = now()
+            await asyncio.to_thread(apphosts.start_programs, run.supervisor, host, run.port)
+            await asyncio.to_thread(apphosts.set_state, host, "ready")
+            up = await asyncio.to_thread(apphosts.wait_up, host)
+            ended = now()
+            if host == run.beat_host:
+                run.beat_host = next(h for h in topology.APP_HOSTS if h != host)
+            spans.append((f"{host.name} (app host) restarted", began, ended))
+            steps.append((host, began, stopped, ended))
+            fault.steps.append(
+                f"{host.name}: drained in {drained:.1f} s, programs stopped +{stopped - began:.1f} s, "
+                + (f"healthy and enabled again +{ended - began:.1f} s" if up else "NOT up on HAProxy within 30 s")
+            )
+            if not up:
+                fault.problems.append(f"rolling: {host.name} not up on HAProxy within 30 s of its restart")
+        await asyncio.sleep(3)  # the beat's runs after the last step
+    finally:
+        heights.stop.set()
+
+    async def report() -> None:
+        fault.steps.extend(_app_figures(run, heights, steps))
+        doubled = heights.doubled()
+        if doubled:
+            fault.problems.append(f"rolling: the beat ran {doubled} period(s) twice")
+
+    run.heals.append(report)
+
+
+def _app_figures(run, heights: Heights, steps) -> list[str]:
+    changes, lines = heights.changes[1:], []  # the first reading is not a run
+    for host, began, stopped, ended in steps:
+        closed = [s for s in run.segments if s.closed is not None and began <= s.closed <= ended]
+        runs = [t for t, _ in changes if began <= t <= ended]
+        gap = max((b - a for a, b in itertools.pairwise([began, *runs, ended])), default=0.0)
+        after = next((t for t in runs if t >= stopped), None)
+        lines.append(
+            f"{host.name}: {len(closed)} websocket(s) closed by its Daphne and connected again "
+            f"({sorted({s.closed_with for s in closed})}); the beat ran {len(runs)} time(s) during the step, "
+            f"longest pause {gap:.1f} s, first run after its programs stopped "
+            + (f"+{after - stopped:.1f} s" if after is not None else "none")
+        )
+    lines.append(
+        f"beat: {len(changes)} runs of the 1 s entry over the app hosts' restarts, shortest interval "
+        f"{min(heights.intervals(), default=0.0):.2f} s, periods run twice: {heights.doubled()}"
+    )
+    return lines
+
+
 def refusals(run, spans: list[Span]) -> list[str]:
     """Per step: the transfers started during it, those not answered 200, and the span they cover."""
     lines = []
@@ -185,8 +253,12 @@ async def rolling(run, fault: Fault) -> None:
     fault.start = now()
     await _postgres(fault, spans)
     await _redis(fault, spans)
+    apps = getattr(run, "on_app_hosts", False)
+    if apps:
+        await _apps(run, fault, spans)
     fault.end = now()
-    fault.steps.append(f"every db and redis host restarted once in {fault.end - fault.start:.1f} s")
+    hosts = "db, redis and app" if apps else "db and redis"
+    fault.steps.append(f"every {hosts} host restarted once in {fault.end - fault.start:.1f} s")
 
     async def report() -> None:  # the load is over: every answer is in
         fault.steps.extend(refusals(run, spans))

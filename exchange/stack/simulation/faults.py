@@ -39,7 +39,8 @@ class Faults:
             for _ in range(60):  # for 3 s: whatever is inside a transaction then
                 rows = await asyncio.to_thread(
                     self.book.rows,
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'sim'"
+                    # The run's own database, whichever it is (the private "sim", the lab's).
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = current_database()"
                     " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
                     " AND (state LIKE 'idle in transaction%%' OR (state = 'active' AND xact_start IS NOT NULL))",
                 )
