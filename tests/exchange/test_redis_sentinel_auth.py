@@ -79,8 +79,11 @@ def redbeat():
     from exchange.celery import app
     get_redis(app).set("auth-probe-beat", "1")
 
-for name in CLIENTS:
-    attempt(name, globals()[name])
+# Side by side: a refused client may retry for seconds (RedBeat, kombu) before it gives up.
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(len(CLIENTS)) as pool:
+    for name in CLIENTS:
+        pool.submit(attempt, name, globals()[name])
 print(json.dumps(done))
 """.replace("CLIENTS", repr(CLIENTS))
 
