@@ -167,6 +167,9 @@ def patroni_yml(host: Host) -> str:
             "data_dir": str(host.dir / "data"),
             "bin_dir": str(PG_BIN),
             "pgpass": str(host.dir / "pgpass"),
+            # A new replica (`up`, pg-disk's rebuild) copies the leader at once: pg_basebackup's default
+            # spread checkpoint waits most of checkpoint_timeout (4.5 of 5 min) on an idle leader.
+            "basebackup": [{"checkpoint": "fast"}],
             "authentication": {
                 "superuser": {"username": "postgres", "password": PG_PASSWORD},
                 "replication": {"username": "replicator", "password": PG_PASSWORD},
