@@ -107,13 +107,14 @@ def table(results: list[Result], up_seconds: float, total: float) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m exchange.stack.lab test")
-    parser.add_argument("--only", nargs="*", help="these runs only (fault names, hostfault, simulate)")
+    parser.add_argument(
+        "--only", nargs="*", choices=[*FAULTS, "hostfault", "simulate"], help="these runs, in this order (repeats too)"
+    )
     args = parser.parse_args(argv)
-    plan = [(name, ["-m", "exchange.stack.lab", "fault", name]) for name in FAULTS]
-    plan.append(("hostfault", ["-m", "exchange.stack.lab", "hostfault"]))
-    plan.append(("simulate", ["manage.py", *SIMULATION[:1], "--lab", *SIMULATION[1:]]))
-    if args.only:
-        plan = [step for step in plan if step[0] in args.only]
+    steps = {name: ["-m", "exchange.stack.lab", "fault", name] for name in FAULTS}
+    steps["hostfault"] = ["-m", "exchange.stack.lab", "hostfault"]
+    steps["simulate"] = ["manage.py", *SIMULATION[:1], "--lab", *SIMULATION[1:]]
+    plan = [(name, steps[name]) for name in (args.only or steps)]
     signal.signal(signal.SIGTERM, _terminate)
     began = time.monotonic()
     results: list[Result] = []
