@@ -258,7 +258,9 @@ def rpc():
 
 
 def down() -> None:
-    for pid_file in (LAB_DIR / "apps" / "supervisord.pid", RUN_DIR / "supervisord.pid"):  # the app hosts' first
+    # The application's first: a fault run's stack (bank.LabRun.STACK_DIR) if one was cut short, the app hosts.
+    for name in ("stack", "apps", "supervisor"):
+        pid_file = LAB_DIR / name / "supervisord.pid"
         _stop(pid_file)
     net.down()
     shutil.rmtree(LAB_DIR, ignore_errors=True)

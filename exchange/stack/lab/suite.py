@@ -82,7 +82,7 @@ def run_one(name: str, argv: list[str]) -> Result:
             lines.append(line)
         child.wait()
     except BaseException:
-        child.terminate()  # it brings its own stack down; the lab is ours to bring down
+        child.send_signal(signal.SIGINT)  # as Ctrl-C: it brings its own stack down; the lab is ours
         try:
             child.wait(60)
         except subprocess.TimeoutExpired:
