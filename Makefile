@@ -13,7 +13,7 @@ TEST_REDIS_DB ?= 15
 TEST_WORKERS ?= 0
 TEST_REDIS_DBS ?= 15,14,13,12
 
-.PHONY: run test lint bench services clean
+.PHONY: run test lint bench services clean lab-test
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,16 @@ test: $(DEV_STAMP) services
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
 		TEST_REDIS_DBS=$(TEST_REDIS_DBS) DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite \
 		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(EMBEDDED_TESTS)
+
+## make lab-test: the HA lab (docs/scaling.md, needs root and network namespaces): its Debian packages
+## installed when missing (their own services kept from starting), then under the lab's lock
+## (/tmp/exchange-lab.lock, one lab per machine) the lab up, every fault in turn (pg-kill, pg-cut,
+## pg-disk, redis-kill, sentinel-cut, rolling), hostfault, a one-minute `manage.py simulate --lab`, the
+## lab down whatever happened; one table of PASS/FAIL, windows and seconds; non-zero if any failed.
+LAB_LOCK ?= /tmp/exchange-lab.lock
+lab-test: $(DEV_STAMP)
+	./scripts/lab-packages.sh
+	flock $(LAB_LOCK) $(PY) -m exchange.stack.lab test $(LAB_TEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,12 +9,15 @@ finds the primaries itself (a libpq multi-host DATABASE_URL, Redis through Senti
     python -m exchange.stack.lab env      # the application's DATABASE_URL / REDIS_SENTINELS
     python -m exchange.stack.lab fault [NAME]  # the stack on the lab under load, a fault, the bank check
     python -m exchange.stack.lab down     # stop everything, delete the namespaces and the data
+    python -m exchange.stack.lab test     # up, every fault, hostfault, simulate --lab, down; one table
 
 Modules: topology (hosts and addresses), net (namespaces, veth pairs, the bridge, a link cut),
 config (etcd's command line, patroni.yml, redis.conf, sentinel.conf), cluster (supervisord over
 all of it, waiting, asking who leads), fault (the command line and the faults' helpers),
 bank (the one load and bank check every fault shares), faults (pg-kill, pg-cut, pg-disk, redis-kill,
-sentinel-cut).
-Debian's binaries (packages etcd-server, patroni, redis-sentinel, postgresql) run directly under
-supervisord, each inside its host's namespace (`ip netns exec`); PostgreSQL as user postgres.
+sentinel-cut), suite (`test`: all of them in turn, what `make lab-test` runs).
+Debian's binaries (packages etcd-server, redis-sentinel, postgresql) and Patroni 3.1.2 from PyPI (its
+own virtualenv, cluster.ensure_patroni) run directly under supervisord, each inside its host's
+namespace (`ip netns exec`); PostgreSQL as user postgres. The application connects as its own role
+`exchange` (LOGIN, CREATEDB), never as the superuser.
 """

@@ -1,4 +1,4 @@
-"""`python -m exchange.stack.lab up|down|status|env|fault|hostfault` (docs/scaling.md)."""
+"""`python -m exchange.stack.lab up|down|status|env|fault|hostfault|test` (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,12 @@ def main(argv: list[str]) -> int:
         from exchange.stack.lab import hostfault
 
         return hostfault.main(argv[1:])
+    elif command == "test":
+        from exchange.stack.lab import suite
+
+        return suite.main(argv[1:])
     else:
-        raise SystemExit(f"unknown command {command!r}: up, down, status, env, fault, hostfault")
+        raise SystemExit(f"unknown command {command!r}: up, down, status, env, fault, hostfault, test")
     return 0
 
 

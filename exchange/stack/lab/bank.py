@@ -283,6 +283,13 @@ def check_answers(run: LabRun) -> Check:
     )
 
 
+def check_database_role() -> Check:
+    """The run proved the service as the application's own role, not as a superuser."""
+    problems = cluster.app_role_problems()
+    detail = "; ".join(problems) or f"{topology.APP_USER}: LOGIN and CREATEDB only, owner of {topology.DATABASE}"
+    return Check("database role", not problems, detail)
+
+
 def run_fault(name: str, inject: Inject, *, before: float, after: float, out) -> bool:
     """The stack on the lab, the load, the fault, the bank check; the report to `out`."""
     import tempfile
@@ -308,6 +315,7 @@ def run_fault(name: str, inject: Inject, *, before: float, after: float, out) ->
             check_answers(run),
         ]
         checks += [Check(p.split(":")[0], False, p) for p in fault.problems]
+        checks.append(check_database_role())
     finally:
         run.stop()
     run.say(f"after: {json.dumps(cluster.status())}")

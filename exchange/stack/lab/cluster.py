@@ -14,16 +14,21 @@ from pathlib import Path
 
 from exchange.stack.lab import config, net
 from exchange.stack.lab.topology import (
+    APP_USER,
     DATABASE,
     DB_HOSTS,
     HOSTS,
     LAB_DIR,
     MASTER,
     PATRONI_PORT,
-    PG_PASSWORD,
-    PG_PORT,
+    PATRONI_PSYCOPG,
+    PATRONI_VENV,
+    PATRONI_VERSION,
     REDIS_HOSTS,
+    REDIS_PORT,
     Host,
+    database_url,
+    maintenance_url,
     sentinel_at,
 )
 from exchange.stack.layout import ROOT
@@ -80,6 +85,9 @@ def write_files() -> None:
         host.dir.mkdir(parents=True, exist_ok=True)
     for host in DB_HOSTS:
         (host.dir / "patroni.yml").write_text(config.patroni_yml(host))
+        script = host.dir / "post_bootstrap.sh"
+        script.write_text(config.post_bootstrap_script())
+        os.chmod(script, 0o755)  # noqa: S103 - Patroni (user postgres) runs it
         shutil.chown(host.dir, "postgres", "postgres")
         os.chmod(host.dir, 0o700)
     for host in REDIS_HOSTS:
@@ -137,27 +145,108 @@ def redis_primary() -> str | None:
 
 
 def wait_ready(timeout: float = 180.0) -> None:
-    """A PostgreSQL leader with a synchronous standby, the application's database, a Redis primary
-    known to the sentinels."""
+    """A PostgreSQL leader with a synchronous standby, the application's database (made by the
+    bootstrap: config.post_bootstrap_sql), a Redis primary known to the sentinels."""
+    import psycopg
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if pg_leader() and pg_sync_standby() and redis_primary():
-            break
+        leader = pg_leader()
+        if leader and pg_sync_standby() and redis_primary():
+            try:
+                psycopg.connect(database_url(), connect_timeout=2).close()
+                break
+            except psycopg.OperationalError:
+                pass  # the leader is up before its post_bootstrap has made the role and the database
         time.sleep(1)
     else:
         raise SystemExit(f"lab not ready after {timeout:.0f} s: {json.dumps(pg_cluster())}; redis {redis_primary()}")
+    problems = app_role_problems()
+    if problems:
+        raise SystemExit(f"the lab's application role: {problems}")
+
+
+def app_role_problems() -> list[str]:
+    """What the application's role (DATABASE_URL's user) may do beyond LOGIN and CREATEDB: nothing, or
+    the lab's runs would prove the service on rights production must not give it."""
+    import psycopg
+
+    with psycopg.connect(database_url(), connect_timeout=2) as conn:
+        user, superuser, createrole, replication, bypassrls, owner = conn.execute(
+            "SELECT current_user, rolsuper, rolcreaterole, rolreplication, rolbypassrls,"
+            " pg_get_userbyid(d.datdba) FROM pg_roles r, pg_database d"
+            " WHERE r.rolname = current_user AND d.datname = current_database()"
+        ).fetchone()
+    rights = {"SUPERUSER": superuser, "CREATEROLE": createrole, "REPLICATION": replication, "BYPASSRLS": bypassrls}
+    problems = [f"{user} has {name}" for name, held in rights.items() if held]
+    if user != APP_USER:
+        problems.append(f"DATABASE_URL's user is {user}, not {APP_USER}")
+    if owner != user:
+        problems.append(f"the database {DATABASE} belongs to {owner}, not {user}")
+    return problems
+
+
+def recreate_database() -> None:
+    """An empty application database on the primary, dropped and created by the application's role
+    itself (its CREATEDB; it owns the old one, and FORCE ends its own sessions only)."""
     import psycopg
 
     leader = pg_leader()
-    url = f"postgres://postgres:{PG_PASSWORD}@{leader.address}:{PG_PORT}/postgres"
-    with psycopg.connect(url, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
-            conn.execute(f"CREATE DATABASE {DATABASE}")
+    with psycopg.connect(maintenance_url(leader), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+
+
+def healthy() -> bool:
+    """Every node back: three Patroni members running on the leader's timeline with one synchronous
+    standby, and a Redis primary with both replicas linked (what a fault starts from)."""
+    members = pg_cluster().get("members", [])
+    roles = sorted(m.get("role") for m in members if m.get("state") in ("running", "streaming"))
+    if roles != ["leader", "replica", "sync_standby"] and roles != ["leader", "sync_standby", "sync_standby"]:
+        return False
+    primary = redis_primary()
+    if primary is None:
+        return False
+    import redis
+
+    try:
+        info = redis.Redis(host=primary, port=REDIS_PORT, socket_timeout=1).info("replication")
+    except redis.RedisError:
+        return False
+    return info.get("connected_slaves") == len(REDIS_HOSTS) - 1
+
+
+def wait_healthy(timeout: float = 180.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if healthy():
+            return True
+        time.sleep(1)
+    return False
+
+
+def ensure_patroni() -> Path:
+    """The pinned Patroni in its own virtualenv (topology.PATRONI_VENV), installed from PyPI when
+    missing: Debian bookworm's 3.0.2 has the leader key race of docs/scaling.md ("The pg-cut finding")."""
+    patroni = PATRONI_VENV / "bin" / "patroni"
+    stamp = PATRONI_VENV / ".installed"  # written last: a broken install is not taken for a good one
+    if stamp.exists():
+        return patroni
+    shutil.rmtree(PATRONI_VENV, ignore_errors=True)
+    PATRONI_VENV.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(PATRONI_VENV.parent, 0o755)  # noqa: S103 - user postgres runs it
+    base = "/usr/bin/python3"  # not a python under /root (pyenv): user postgres runs it
+    subprocess.run([base, "-m", "venv", str(PATRONI_VENV)], check=True)  # noqa: S603 - our own paths
+    pip = [str(PATRONI_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, f"patroni[etcd3]=={PATRONI_VERSION}", PATRONI_PSYCOPG], check=True)  # noqa: S603
+    stamp.touch()
+    return patroni
 
 
 def up() -> None:
     if (RUN_DIR / "supervisord.pid").exists():
         raise SystemExit(f"the lab runs already ({RUN_DIR}); `python -m exchange.stack.lab down` first")
+    ensure_patroni()
     net.up()
     write_files()
     supervisor().start()
@@ -169,7 +258,9 @@ def rpc():
 
 
 def down() -> None:
-    for pid_file in (LAB_DIR / "apps" / "supervisord.pid", RUN_DIR / "supervisord.pid"):  # the app hosts' first
+    # The application's first: a fault run's stack (bank.LabRun.STACK_DIR) if one was cut short, the app hosts.
+    for name in ("stack", "apps", "supervisor"):
+        pid_file = LAB_DIR / name / "supervisord.pid"
         _stop(pid_file)
     net.down()
     shutil.rmtree(LAB_DIR, ignore_errors=True)

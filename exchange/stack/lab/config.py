@@ -6,11 +6,15 @@ import json
 import shutil
 
 from exchange.stack.lab.topology import (
+    APP_PASSWORD,
+    APP_USER,
+    DATABASE,
     DB_HOSTS,
     ETCD_CLIENT_PORT,
     ETCD_PEER_PORT,
     MASTER,
     PATRONI_PORT,
+    PATRONI_VENV,
     PG_BIN,
     PG_PASSWORD,
     PG_PORT,
@@ -67,23 +71,43 @@ def etcd_args(host: Host) -> list[str]:
     ]
 
 
-# Patroni 3.0.2 with `use_proxies` asks the first etcd member for the cluster's version at start and
-# dies on etcd's "not_decided" (before the members' first election); the lab does not restart a dead
-# program, so Patroni waits for a decided version first (then `exec`: the pid is Patroni's).
+# Patroni with `use_proxies` asks the first etcd member for the cluster's version at start and dies on
+# etcd's "not_decided" (before the members' first election; seen with Debian's 3.0.2, kept for 4.0,
+# where it costs nothing); the lab does not restart a dead program, so Patroni waits for a decided
+# version first (then `exec`: the pid is Patroni's).
 _WAIT_ETCD = (  # one line: supervisord's configuration file takes no multi-line command
     "until /usr/bin/python3 -c 'import json, sys, urllib.request as u; sys.exit(json.load(u.urlopen(sys.argv[1],"
-    ' timeout=1))["etcdcluster"] == "not_decided")\' "$0" 2>/dev/null; do sleep 0.5; done; exec /usr/bin/patroni "$1"'
+    ' timeout=1))["etcdcluster"] == "not_decided")\' "$0" 2>/dev/null; do sleep 0.5; done; exec "$1" "$2"'
 )
 
 
 def patroni_args(host: Host) -> list[str]:
     first = next(h for h in DB_HOSTS if h != host)
     version = f"http://{first.address}:{ETCD_CLIENT_PORT}/version"
-    return ["/bin/sh", "-c", _WAIT_ETCD, version, str(host.dir / "patroni.yml")]
+    return ["/bin/sh", "-c", _WAIT_ETCD, version, str(PATRONI_VENV / "bin" / "patroni"), str(host.dir / "patroni.yml")]
+
+
+def post_bootstrap_sql() -> str:
+    """The application's role and database, run once by Patroni on the new cluster's first primary.
+    CREATEDB is the one right beyond LOGIN: each fault run drops and creates its fresh database
+    (fault.fresh); owning the database gives it its schema (PostgreSQL 15: `public` belongs to the
+    database's owner). No SUPERUSER, CREATEROLE or REPLICATION: a compromised application cannot
+    read other databases' files, make roles or stream the WAL."""
+    return (
+        f"CREATE ROLE {APP_USER} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION PASSWORD '{APP_PASSWORD}';\n"
+        f"CREATE DATABASE {DATABASE} OWNER {APP_USER};\n"
+    )
+
+
+def post_bootstrap_script() -> str:
+    """Patroni runs it as user postgres with a superuser connection string as its argument; a failure
+    fails the bootstrap (the cluster is not ready, `up` says so)."""
+    psql = PG_BIN / "psql"
+    return f"#!/bin/sh\nset -e\nexec {psql} \"$1\" -v ON_ERROR_STOP=1 -q <<'SQL'\n{post_bootstrap_sql()}SQL\n"
 
 
 def patroni_yml(host: Host) -> str:
-    """Patroni 3.0 (Debian bookworm) on etcd's v3 API; JSON is YAML, and needs no YAML writer."""
+    """Patroni 4.0 (PyPI, topology.PATRONI_VERSION) on etcd's v3 API; JSON is YAML, and needs no YAML writer."""
     conf = {
         "scope": SCOPE,
         "name": host.name,
@@ -130,6 +154,8 @@ def patroni_yml(host: Host) -> str:
                 },
             },
             "initdb": [{"encoding": "UTF8"}, {"locale": "C.UTF-8"}, "data-checksums"],
+            # The application's own role and database (Patroni 4 has no `bootstrap.users`).
+            "post_bootstrap": str(host.dir / "post_bootstrap.sh"),
             "pg_hba": [
                 "local all all trust",
                 "host replication replicator 10.77.0.0/24 md5",
@@ -143,6 +169,9 @@ def patroni_yml(host: Host) -> str:
             "data_dir": str(host.dir / "data"),
             "bin_dir": str(PG_BIN),
             "pgpass": str(host.dir / "pgpass"),
+            # A new replica (`up`, pg-disk's rebuild) copies the leader at once: pg_basebackup's default
+            # spread checkpoint waits most of checkpoint_timeout (4.5 of 5 min) on an idle leader.
+            "basebackup": [{"checkpoint": "fast"}],
             "authentication": {
                 "superuser": {"username": "postgres", "password": PG_PASSWORD},
                 "replication": {"username": "replicator", "password": PG_PASSWORD},

@@ -12,8 +12,6 @@ import os
 import signal
 from pathlib import Path
 
-import psycopg
-
 from exchange.api.replay_memory import declare_complete
 from exchange.stack.chaos.records import now
 from exchange.stack.lab import apphosts, cluster, net, topology
@@ -32,11 +30,7 @@ def redis_client(db: int = REDIS_DB):
 
 def fresh(env: dict[str, str]) -> None:
     """An empty application database on the primary and an emptied Redis database (via Sentinel)."""
-    leader = cluster.pg_leader()
-    admin = f"postgres://postgres:{topology.PG_PASSWORD}@{leader.address}:{topology.PG_PORT}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {topology.DATABASE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {topology.DATABASE}")
+    cluster.recreate_database()
     primary = topology.redis_primary(REDIS_DB)
     primary.flushdb()
     declare_complete(primary)

@@ -72,11 +72,7 @@ def redis_primary(db: int):
 
 
 def fresh() -> None:
-    leader = cluster.pg_leader()
-    admin = f"postgres://postgres:{topology.PG_PASSWORD}@{leader.address}:{topology.PG_PORT}/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {topology.DATABASE} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {topology.DATABASE}")
+    cluster.recreate_database()
     primary = redis_primary(REDIS_DB)
     primary.flushdb()
     declare_complete(primary)

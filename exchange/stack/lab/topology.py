@@ -29,8 +29,18 @@ PG_PASSWORD = "lab"  # noqa: S105 - a throwaway lab on an address range of its o
 REDIS_PASSWORD = "lab-redis"  # noqa: S105 - as PG_PASSWORD
 SENTINEL_PASSWORD = "lab-sentinel"  # noqa: S105 - as PG_PASSWORD
 DATABASE = "exchange"
+# The application's own role (created at bootstrap, config.post_bootstrap_sql): LOGIN and CREATEDB only,
+# the owner of the application's database; `postgres` (the superuser) is Patroni's alone.
+APP_USER = "exchange"
+APP_PASSWORD = "lab"  # noqa: S105 - as PG_PASSWORD
 PG_BIN = Path(os.environ.get("LAB_PG_BIN", "/usr/lib/postgresql/15/bin"))
 LAB_DIR = Path(os.environ.get("LAB_DIR", "/tmp/exchange-lab"))  # noqa: S108 - root's lab, user postgres must reach it
+# Patroni from PyPI, pinned, in a virtualenv of its own (not the project's requirements: only the lab's
+# nodes run it), outside the work tree so that user postgres reaches it wherever the clone is, and
+# named by its version so that `down` keeps it and a new pin installs beside it (cluster.ensure_patroni).
+PATRONI_VERSION = "3.1.2"
+PATRONI_PSYCOPG = "psycopg[binary]==3.3.9"  # its driver: the project's pin (3.1 has no psycopg3 extra)
+PATRONI_VENV = Path(os.environ.get("LAB_PATRONI_VENV", f"/opt/exchange-lab/patroni-{PATRONI_VERSION}"))
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,12 @@ LIBPQ_OPTIONS = (
 def database_url() -> str:
     """libpq's multi-host form: psycopg tries each and keeps the one that accepts writes."""
     hosts = ",".join(f"{h.address}:{PG_PORT}" for h in DB_HOSTS)
-    return f"postgres://postgres:{PG_PASSWORD}@{hosts}/{DATABASE}?{LIBPQ_OPTIONS}"
+    return f"postgres://{APP_USER}:{APP_PASSWORD}@{hosts}/{DATABASE}?{LIBPQ_OPTIONS}"
+
+
+def maintenance_url(host: Host) -> str:
+    """The application's role on one node's `postgres` database: where it drops and creates its own."""
+    return f"postgres://{APP_USER}:{APP_PASSWORD}@{host.address}:{PG_PORT}/postgres?connect_timeout=2"
 
 
 def sentinels() -> str:
