@@ -25,6 +25,7 @@ from exchange.stack.lab.topology import (
     PATRONI_VENV,
     PATRONI_VERSION,
     REDIS_HOSTS,
+    REDIS_PASSWORD,
     REDIS_PORT,
     Host,
     database_url,
@@ -210,7 +211,7 @@ def healthy() -> bool:
     import redis
 
     try:
-        info = redis.Redis(host=primary, port=REDIS_PORT, socket_timeout=1).info("replication")
+        info = redis.Redis(host=primary, port=REDIS_PORT, password=REDIS_PASSWORD, socket_timeout=1).info("replication")
     except redis.RedisError:
         return False
     return info.get("connected_slaves") == len(REDIS_HOSTS) - 1
