@@ -189,9 +189,7 @@ class OrderingMixin:
             # arrived during the read may have a sequence still on its way from another publisher
             # before them; skipping to them would lose it for every connection of the process.
             resume = min([seq for seq in feed.ahead if seq > missing] + [upto + 1])
-            logger.error(
-                "Account %s's rows %s-%s are missing from the change feed", feed.account, missing, resume - 1
-            )
+            logger.error("Account %s's rows %s-%s are missing from the change feed", feed.account, missing, resume - 1)
             feed.last = resume - 1
         feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
         feed.progress_at = time.monotonic()
