@@ -191,6 +191,7 @@ class OrderingMixin:
             resume = min([seq for seq in feed.ahead if seq > missing] + [upto + 1])
             logger.error("Account %s's rows %s-%s are missing from the change feed", feed.account, missing, resume - 1)
             feed.last = resume - 1
-        feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
+        if feed.behind_to <= upto:
+            feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
         feed.progress_at = time.monotonic()
         self._advance(feed)
