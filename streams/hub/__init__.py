@@ -11,7 +11,8 @@ connections listen to the account, and the hub does an account's work once:
   missing ones, and only if those have not arrived then are they read from the database (one query
   for the account, whatever the number of connections). The same query catches an account up when
   the watcher sees its committed sequence beyond what was dispatched (a message the channel layer
-  dropped). Duplicates (the sweeper resending, a row that came both ways) are dropped.
+  dropped). Duplicates (the sweeper resending, a row that came both ways) are dropped. Only what
+  such a read covered is ever skipped: rows that arrive during it, beyond it, wait again.
 - frames: each posting's events are built and serialised once per view (the account's own, and a
   whitelisted master's with `em`/`BI`) and the same JSON text goes to every connection
   (`Posting.frames`). A connection's outbox is its own (consumers.py).

@@ -215,8 +215,11 @@ class ListenersMixin:
         feed = self._feed(account)
         listener.sent[account] = start
         if feed.last is None:
-            if not feed.resolving:
-                self._begin(feed, start)
+            # The connection's read is where the account starts, even while the hub is still
+            # finding out who listens to a message that came first (`_resolve`): left to it, an
+            # older account would start at the lowest sequence that arrived, past rows still on
+            # their way from another publisher that this connection is owed.
+            self._begin(feed, start)
             return
         if start >= feed.last:
             return

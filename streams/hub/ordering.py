@@ -182,11 +182,16 @@ class OrderingMixin:
         for row in rows:
             if row["seq"] > feed.last:
                 feed.ahead[row["seq"]] = row
-        if feed.ahead and feed.last + 1 not in feed.ahead:
-            # Not in the database either (it cannot be: sequences have no holes): skip it rather
-            # than read it again and again.
-            logger.error("Account %s's rows %s-%s are missing from the change feed", feed.account, first, upto)
-            feed.last = min(feed.ahead) - 1
-        feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
+        missing = feed.last + 1
+        if missing <= upto and missing not in feed.ahead:
+            # Not in the database either (it cannot be: sequences have no holes): skip what the read
+            # covered rather than read it again and again. Only that: rows beyond `upto` that
+            # arrived during the read may have a sequence still on its way from another publisher
+            # before them; skipping to them would lose it for every connection of the process.
+            resume = min([seq for seq in feed.ahead if seq > missing] + [upto + 1])
+            logger.error("Account %s's rows %s-%s are missing from the change feed", feed.account, missing, resume - 1)
+            feed.last = resume - 1
+        if feed.behind_to <= upto:
+            feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
         feed.progress_at = time.monotonic()
         self._advance(feed)
