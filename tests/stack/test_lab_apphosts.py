@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from exchange.stack.lab import apphosts
+from exchange.stack.lab import apphosts, topology
 from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT
 from exchange.stack.supervisor import supervisord_conf
 
@@ -255,3 +255,28 @@ def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_l
     assert "s28-t2" in broken
     assert "s28-t3" in broken
     assert "s28-u48" not in broken
+
+
+def test_the_app_hosts_restart_a_program_that_dies_and_haproxy_waits_for_a_slow_ping():
+    """Simulation seed 1 on the lab: both beats exited at a Redis failover and, left down (the lab's
+    `autorestart=false`), no periodic job ran again (deposits never credited); and during a PostgreSQL
+    failover the hosts' pings took > 1 s, HAProxy marked both down and answered its own 503 and 502."""
+    env = apphosts.app_env({"DATABASE_URL": "postgres://u:p@h/db", "REDIS_URL": "redis://h/0"})
+    sup = apphosts.supervisor(env, 18000)
+    text = supervisord_conf(sup.programs, sup.run_dir).replace(
+        "autorestart=true\nstartsecs=1", "autorestart=false\nstartsecs=1"
+    )  # what LabSupervisor.start writes before conf_text
+    text = sup.conf_text(text)
+    sections = {block.split("]")[0]: block for block in text.split("\n[")}
+    for host in APP_HOSTS:
+        for name in apphosts.PROGRAMS:
+            assert "autorestart=true" in sections[f"program:{name}-{host.name}"], name
+        assert "autostart=false" in sections[f"program:beat-{host.name}"]
+    cfg = apphosts.haproxy_cfg(18000, APP_HOSTS)
+    assert f"timeout check {apphosts.CHECK_TIMEOUT_SECONDS}s" in cfg
+    # above what libpq may spend on the lab's three hosts (connect_timeout=2 each)
+    assert apphosts.CHECK_TIMEOUT_SECONDS > 3 * 2
+    assert "connect_timeout=2" in topology.database_url()
+    rest, ws = cfg.split("\nbackend rest\n")[1].split("\nbackend ws\n")
+    assert "shutdown-sessions" not in rest  # a REST request in flight finishes
+    assert ws.count("on-marked-down shutdown-sessions") == len(APP_HOSTS)

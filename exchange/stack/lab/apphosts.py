@@ -6,7 +6,10 @@ lock in Redis and sends the periodic tasks, the others wait for it. The beats st
 other (`start_beats`), so the first host holds the lock.
 
 One supervisord (under LAB_DIR/apps, its own: the database and Redis hosts' supervisord is not
-touched) with `autorestart=false`, as the lab's: a killed host stays down (`kill_host`).
+touched) that restarts a program which dies, as `make run`'s and as a production host's process
+supervisor does (a beat exits when its Redis fails over; left down, no periodic job would run on that
+host again). A killed host stays down all the same (`kill_host`: its programs frozen, marked stopped,
+then SIGKILLed) until `start_programs` brings it back.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import time
 import urllib.error
 import urllib.request
+import xmlrpc.client
 from pathlib import Path
 
 from exchange.stack.lab import net
@@ -42,6 +47,7 @@ RUN_DIR = LAB_DIR / "apps"
 BEAT_LOCK_KEY = "redbeat::lock"
 # HAProxy's health checks: every second, down after 2 failures, up again after 2 successes.
 CHECK = "inter 1s fall 2 rise 2"
+CHECK_TIMEOUT_SECONDS = 7  # above libpq's wait for the three db hosts (connect_timeout=2 each), see haproxy_cfg
 
 
 def host_layout(host: Host, env: dict[str, str]) -> Layout:
@@ -99,7 +105,9 @@ def haproxy_cfg(
     request whose connection to a backend failed retried on another (`redispatch`: it never reached
     the dead one, so nothing is done twice)."""
     rest = "\n".join(f"    server {h.name} {h.address}:{rest_port} check" for h in hosts)
-    ws = "\n".join(f"    server {h.name} {h.address}:{ws_port} check" for h in hosts)
+    # A websocket's session to a host marked down is closed (its clients connect again elsewhere and
+    # resync); a REST request in flight is left to finish (cutting it would make its outcome unknown).
+    ws = "\n".join(f"    server {h.name} {h.address}:{ws_port} check on-marked-down shutdown-sessions" for h in hosts)
     listen = "\n".join(f"    bind {address}:{port}" for address in binds)
     refused = [
         (414, f"{{ url,length gt {REQUEST_LINE_BYTES} }}"),
@@ -137,7 +145,13 @@ defaults
 {f"    source {source}  # the address the app hosts trust (TRUSTED_PROXIES)" if source else ""}
     option redispatch
     retries 2
-    default-server {CHECK} on-marked-down shutdown-sessions
+    default-server {CHECK}
+    # A check answered within this: a host whose REST threads all wait on the database (a PostgreSQL
+    # failover: libpq tries the three hosts, connect_timeout=2 each) answers its ping late, and is
+    # not dead; marking every host down then turned the service's 503 -1001 into HAProxy's own 503
+    # (no code), and cut the requests in flight (502, their outcome unknown). A dead host refuses
+    # the connection at once.
+    timeout check {CHECK_TIMEOUT_SECONDS}s
     # HAProxy's own 400 (headers over 32 KB) and 408 (too slow) are its HTML pages: in 2.6 a request
     # its HTTP/1 layer refuses never reaches `errorfile` (haproxy/haproxy#3032, fixed in 3.2).
 
@@ -182,9 +196,11 @@ def haproxy_binary() -> str:
 
 
 class AppSupervisor(LabSupervisor):
-    """The lab's supervisord, with the beats not started at once (`start_beats` starts them in turn)."""
+    """The app hosts' supervisord: programs restarted when they die (not the lab's `autorestart=false`),
+    the beats not started at once (`start_beats` starts them in turn)."""
 
     def conf_text(self, text: str) -> str:
+        text = text.replace("autorestart=false\nstartsecs=1", "autorestart=true\nstartsecs=1")
         return re.sub(r"(\[program:beat-[^\]]+\]\n(?:[^\[]*?))autostart=true", r"\1autostart=false", text)
 
 
@@ -239,12 +255,21 @@ def start_beats(sup: AppSupervisor, redis_client, hosts: list[Host] = APP_HOSTS,
         sup.rpc().startProcess(f"beat-{host.name}", True)
 
 
-def kill_host(host: Host) -> int:
-    """SIGKILL to every process in the host's namespace (the machine lost; its address stays, silent)."""
+def kill_host(sup: AppSupervisor, host: Host) -> int:
+    """The machine lost: every process in the host's namespace frozen (SIGSTOP: nothing of a graceful
+    stop can run), its programs marked stopped in supervisord (so that it does not restart them: the
+    TERM it sends stays pending in the frozen processes), then SIGKILL to them all. Its address stays,
+    silent, until `start_programs`."""
     pids = net.pids(host)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGSTOP)
+    for name in PROGRAMS:
+        with contextlib.suppress(xmlrpc.client.Fault):  # not running (a beat not started yet)
+            sup.rpc().stopProcess(f"{name}-{host.name}", False)
+    for pid in set(pids) | set(net.pids(host)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     return len(pids)
 
 

@@ -270,7 +270,7 @@ async def transfer_by_client_id(port, signer, ident: str) -> str | None:
     return None
 
 
-async def fault_run(port, world, say, before: float, after: float) -> dict:
+async def fault_run(sup, port, world, say, before: float, after: float) -> dict:
     master = client.Signer(world["master"]["api_key"], world["master"]["secret_key"])
     peer = client.Signer(world["peer"]["api_key"], world["peer"]["secret_key"])
     key = await listen_key(master.api_key, port)
@@ -288,7 +288,7 @@ async def fault_run(port, world, say, before: float, after: float) -> dict:
     await asyncio.sleep(before)
     victim = topology.APP_HOSTS[0]
     killed_at = time.monotonic()
-    count = apphosts.kill_host(victim)
+    count = apphosts.kill_host(sup, victim)
     say(f"SIGKILL to every process on {victim.name} ({victim.address}, RedBeat's holder): {count} processes")
     await asyncio.sleep(after)
     stop.set()
@@ -352,7 +352,7 @@ def main(argv: list[str]) -> int:
         apphosts.start_beats(sup, redis_primary(REDIS_DB))
         say(f"app1, app2 and HAProxy on {HOST}:{port}; beat-app1 holds RedBeat's lock; {cluster.status()}")
         heights.thread.start()
-        run = asyncio.run(fault_run(port, world, say, args.before, args.after))
+        run = asyncio.run(fault_run(sup, port, world, say, args.before, args.after))
         heights.stop.set()
         killed_at = run["killed_at"]
         ok = report_beat(heights, killed_at, say) and ok

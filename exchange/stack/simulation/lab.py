@@ -136,7 +136,7 @@ class LabSimulation(OnTheLab, Simulation):
         await asyncio.sleep(1.5)  # a run or two of the beat before the kill
         fault.start = now()
         killed_at = now()  # time.monotonic(), as Heights' clock
-        count = await asyncio.to_thread(apphosts.kill_host, victim)
+        count = await asyncio.to_thread(apphosts.kill_host, self.supervisor, victim)
         self.app_kills.append((killed_at, now()))  # from before the pids are listed until the last SIGKILL
         self.beat_host = other
         fault.steps.append(f"SIGKILL to every process on {victim.name} (RedBeat's holder): {count}")
@@ -164,9 +164,9 @@ class LabSimulation(OnTheLab, Simulation):
             fault.problems.append(f"app-kill: {victim.name} not up on HAProxy after its restart")
 
     async def worker_fault(self, name: str) -> dict:
-        """The simulation's worker faults on an app host's worker (seeded): the whole worker killed and
-        started again (the lab's supervisord does not restart what dies: a host is down until brought
-        back), or its pool children (the worker's master forks new ones)."""
+        """The simulation's worker faults on an app host's worker (seeded): the whole worker killed
+        (the host's supervisord starts it again), or its pool children (the worker's master forks new
+        ones)."""
         fault = {"name": name, "start": now(), "steps": []}
         host = random.Random(self.seed + len(self.faults)).choice(topology.APP_HOSTS)  # noqa: S311 - not a secret
         program = f"worker-{host.name}"
@@ -174,9 +174,8 @@ class LabSimulation(OnTheLab, Simulation):
             old = self.supervisor.pid(program)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(old, signal.SIGKILL)
-            while self.supervisor.pid(program) == old and now() - fault["start"] < 10:
+            while self.supervisor.pid(program) in (old, None, 0) and now() - fault["start"] < 10:
                 await asyncio.sleep(0.2)
-            await asyncio.to_thread(self.supervisor.rpc().startProcess, program, True)
             fault["steps"].append(f"SIGKILL to {program} ({old}); started again as {self.supervisor.pid(program)}")
         else:
             children = process_children(self.supervisor.pid(program))
