@@ -21,6 +21,8 @@ declare -A SERVICE=(
   [iproute2]=""
 )
 DAEMONS='etcd|redis-server|redis-sentinel|haproxy|nginx'
+# Their pids (not `pgrep -x` with the alternation: pgrep matches nothing past 15 characters of pattern).
+daemons() { ps -eo pid=,comm= | awk -v names="^($DAEMONS)\$" '$2 ~ names {print $1}' | sort; }
 
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 
@@ -38,7 +40,7 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 echo "lab packages: installing ${missing[*]}" >&2
-before=$(pgrep -x "$DAEMONS" | sort || true)
+before=$(daemons)
 added_policy=
 if [ ! -e /usr/sbin/policy-rc.d ]; then
   printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
@@ -63,7 +65,7 @@ for package in "${missing[@]}"; do
     as_root update-rc.d "$service" disable >/dev/null 2>&1 || true
   fi
 done
-after=$(pgrep -x "$DAEMONS" | sort || true)
+after=$(daemons)
 started=$(comm -13 <(echo "$before") <(echo "$after") | grep . || true)
 for pid in $started; do
   echo "lab packages: stopping $(ps -o comm= -p "$pid" || true) ($pid), started by the install" >&2
