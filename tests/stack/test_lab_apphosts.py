@@ -257,10 +257,11 @@ def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_l
     assert "s28-u48" not in broken
 
 
-def test_the_app_hosts_restart_a_program_that_dies_and_haproxy_waits_for_a_slow_ping():
+def test_the_app_hosts_restart_a_program_that_dies_and_haproxy_waits_for_a_slow_ping(tmp_path, monkeypatch):
     """Simulation seed 1 on the lab: both beats exited at a Redis failover and, left down (the lab's
     `autorestart=false`), no periodic job ran again (deposits never credited); and during a PostgreSQL
     failover the hosts' pings took > 1 s, HAProxy marked both down and answered its own 503 and 502."""
+    monkeypatch.setattr(apphosts, "RUN_DIR", tmp_path)  # not the lab's own directory (a lab may run)
     env = apphosts.app_env({"DATABASE_URL": "postgres://u:p@h/db", "REDIS_URL": "redis://h/0"})
     sup = apphosts.supervisor(env, 18000)
     text = supervisord_conf(sup.programs, sup.run_dir).replace(
