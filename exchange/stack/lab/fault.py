@@ -28,10 +28,10 @@ def redis_client(db: int = REDIS_DB):
     return topology.redis_primary(db)
 
 
-def fresh(env: dict[str, str]) -> None:
-    """An empty application database on the primary and an emptied Redis database (via Sentinel)."""
+def fresh(db: int = REDIS_DB) -> None:
+    """An empty application database on the primary and an emptied Redis database `db` (via Sentinel)."""
     cluster.recreate_database()
-    primary = topology.redis_primary(REDIS_DB)
+    primary = redis_client(db)
     primary.flushdb()
     declare_complete(primary)
 
@@ -48,7 +48,7 @@ class OnTheLab:
     def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
         self.base = base
         app = topology.app_env(REDIS_DB)
-        fresh(app)
+        fresh()
         if self.on_app_hosts:
             return self.launch_on_app_hosts(*demo_args, **(app | env))
         run_dir = self.STACK_DIR or base / "stack"

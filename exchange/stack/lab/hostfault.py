@@ -31,10 +31,10 @@ import psycopg
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from exchange.api.replay_memory import declare_complete
 from exchange.stack import client
 from exchange.stack.chaos.records import TRANSFER, TRANSFER_QUERY, send
 from exchange.stack.lab import apphosts, cluster, topology
+from exchange.stack.lab.fault import fresh, redis_client
 from exchange.stack.ports import HOST, free_block
 from exchange.stack.private import stack_environment
 from exchange.stack.services import PYTHON, manage
@@ -65,17 +65,6 @@ with transaction.atomic():
     keys = [services.api_key_create(user=u, name="lab") for u in users]
 print(json.dumps([[u.email, k.api_key.key, k.secret] for u, k in zip(users, keys)]))
 """
-
-
-def redis_primary(db: int):
-    return topology.redis_primary(db)
-
-
-def fresh() -> None:
-    cluster.recreate_database()
-    primary = redis_primary(REDIS_DB)
-    primary.flushdb()
-    declare_complete(primary)
 
 
 class Heights:
@@ -336,7 +325,7 @@ def main(argv: list[str]) -> int:
     port = free_block(1)
     app = topology.app_env(REDIS_DB)
     env = apphosts.app_env(stack_environment(app["DATABASE_URL"], app["REDIS_URL"], port, apphosts.RUN_DIR) | app)
-    fresh()
+    fresh(REDIS_DB)
     manage(env, "migrate", "--noinput", "-v", "0")
     world = json.loads(manage(env, "demo", "--json").stdout.strip().splitlines()[-1])
     made = subprocess.run(  # noqa: S603 - this interpreter, our own script
@@ -346,10 +335,10 @@ def main(argv: list[str]) -> int:
     sup = apphosts.supervisor(env, port)
     sup.start()
     ok = True
-    heights = Heights(redis_primary(REDIS_DB))
+    heights = Heights(redis_client(REDIS_DB))
     try:
         apphosts.wait_ready(topology.APP_HOSTS, port)
-        apphosts.start_beats(sup, redis_primary(REDIS_DB))
+        apphosts.start_beats(sup, redis_client(REDIS_DB))
         say(f"app1, app2 and HAProxy on {HOST}:{port}; beat-app1 holds RedBeat's lock; {cluster.status()}")
         heights.thread.start()
         run = asyncio.run(fault_run(sup, port, world, say, args.before, args.after))

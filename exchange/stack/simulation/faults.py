@@ -48,22 +48,28 @@ class Faults:
                 await asyncio.sleep(0.05)
             fault["steps"].append(f"pg_terminate_backend: {killed} connections in a transaction dropped")
         elif name == "worker_kill":
-            old = self.supervisor.pid("worker")
+            program = self.worker_program()
+            old = self.supervisor.pid(program)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(old, signal.SIGKILL)
-            while self.supervisor.pid("worker") in (0, old) and now() - fault["start"] < 60:
-                await asyncio.sleep(0.2)
+            while self.supervisor.pid(program) in (0, old) and now() - fault["start"] < 60:
+                await asyncio.sleep(0.2)  # supervisord starts it again
             fault["steps"].append(
-                f"SIGKILL to the whole worker ({old}); started again as {self.supervisor.pid('worker')}"
+                f"SIGKILL to the whole worker {program} ({old}); started again as {self.supervisor.pid(program)}"
             )
         elif name == "worker_children_kill":
-            children = process_children(self.supervisor.pid("worker"))
+            program = self.worker_program()
+            children = process_children(self.supervisor.pid(program))
             for pid in children:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            fault["steps"].append(f"SIGKILL to the worker's pool children {children}")
+            fault["steps"].append(f"SIGKILL to {program}'s pool children {children}")
         fault["end"] = now()
         return fault
+
+    def worker_program(self) -> str:
+        """The supervisord program the worker faults hit."""
+        return "worker"
 
     async def faults_timeline(self, stopping: asyncio.Event) -> None:
         for at, name in self.fault_plan:

@@ -13,16 +13,12 @@ brought back, before the next starts. The end checks are the same.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import random
-import signal
 
 from exchange.stack.chaos.records import Answer, Check, Fault, now, tally
 from exchange.stack.lab import apphosts, cluster, topology
 from exchange.stack.lab.fault import OnTheLab, redis_client
 from exchange.stack.lab.hostfault import Heights
-from exchange.stack.private import process_children
 from exchange.stack.simulation.driver import Simulation
 from exchange.stack.simulation.plan import FIRST_FAULT_SECONDS, QUIET_END_SECONDS
 
@@ -79,8 +75,6 @@ class LabSimulation(OnTheLab, Simulation):
         )
 
     async def fault(self, name: str) -> dict:
-        if name in ("worker_kill", "worker_children_kill"):
-            return await self.worker_fault(name)
         if name not in LAB_FAULTS:
             return await super().fault(name)
         from exchange.stack.lab.faults import FAULTS
@@ -163,25 +157,8 @@ class LabSimulation(OnTheLab, Simulation):
         if not up:
             fault.problems.append(f"app-kill: {victim.name} not up on HAProxy after its restart")
 
-    async def worker_fault(self, name: str) -> dict:
-        """The simulation's worker faults on an app host's worker (seeded): the whole worker killed
-        (the host's supervisord starts it again), or its pool children (the worker's master forks new
-        ones)."""
-        fault = {"name": name, "start": now(), "steps": []}
+    def worker_program(self) -> str:
+        """The worker faults hit one app host's worker, drawn with the seed (its supervisord starts it
+        again, as make run's)."""
         host = random.Random(self.seed + len(self.faults)).choice(topology.APP_HOSTS)  # noqa: S311 - not a secret
-        program = f"worker-{host.name}"
-        if name == "worker_kill":
-            old = self.supervisor.pid(program)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(old, signal.SIGKILL)
-            while self.supervisor.pid(program) in (old, None, 0) and now() - fault["start"] < 10:
-                await asyncio.sleep(0.2)
-            fault["steps"].append(f"SIGKILL to {program} ({old}); started again as {self.supervisor.pid(program)}")
-        else:
-            children = process_children(self.supervisor.pid(program))
-            for pid in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            fault["steps"].append(f"SIGKILL to {program}'s pool children {children}")
-        fault["end"] = now()
-        return fault
+        return f"worker-{host.name}"
