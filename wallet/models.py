@@ -298,6 +298,12 @@ class Transfer(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     reversal_reason = models.CharField(max_length=255, blank=True)
+    # Four eyes (TRANSFER_REVERSAL_FOUR_EYES_ABOVE): the Administrator who asked for the reversal; a
+    # second one, never this one, posts it (reversed_by). Empty when one person reversed it alone.
+    reversal_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    reversal_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
@@ -309,6 +315,12 @@ class Transfer(models.Model):
             ),
             models.CheckConstraint(condition=Q(amount__gt=0) & Q(fee__gte=0), name="transfer_amounts"),
             models.CheckConstraint(condition=~Q(sender=models.F("recipient")), name="transfer_not_to_self"),
+            models.CheckConstraint(
+                condition=Q(reversed_by__isnull=True)
+                | Q(reversal_requested_by__isnull=True)
+                | ~Q(reversed_by=models.F("reversal_requested_by")),
+                name="transfer_reversal_four_eyes",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -352,6 +352,14 @@ WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(env.str("WITHDRAWAL_APPROVAL_THRESHOLD",
 # takes two staff members, the second not the first (wallet.services.withdrawal_approve). Empty: never.
 _FOUR_EYES_ABOVE = env.str("WITHDRAWAL_FOUR_EYES_ABOVE", default="5000000")
 WITHDRAWAL_FOUR_EYES_ABOVE = Decimal(_FOUR_EYES_ABOVE) if _FOUR_EYES_ABOVE else None
+# The same two approvals when one customer's withdrawals of the last 24 hours (every one not failed or
+# rejected, the one being approved included, each valued like the threshold: amount plus fee in PHP)
+# add up to more than WITHDRAWAL_FOUR_EYES_ABOVE: a large sum split into pieces below it (issue 34).
+WITHDRAWAL_FOUR_EYES_WINDOW_HOURS = env.int("WITHDRAWAL_FOUR_EYES_WINDOW_HOURS", default=24)
+# Reversing a P2P transfer worth more than this (PHP at reference price, amount plus fee) takes two
+# Administrators, the second not the first (wallet.transfers.services.transfer_reverse). 0, the
+# default: every reversal, as every manual adjustment (issue 34, finding 2).
+TRANSFER_REVERSAL_FOUR_EYES_ABOVE = Decimal(env.str("TRANSFER_REVERSAL_FOUR_EYES_ABOVE", default="0"))
 # A withdrawal still broadcasting after this long is handed to a worker again.
 WITHDRAWAL_RETRY_AFTER_SECONDS = env.int("WITHDRAWAL_RETRY_AFTER_SECONDS", default=120)
 

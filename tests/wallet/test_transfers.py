@@ -813,12 +813,29 @@ def admin_client(db):
     return client
 
 
+@pytest.fixture
+def second_admin_client(db):
+    """Another superuser: a reversal is asked for by one Administrator and confirmed by another
+    (tests/wallet/test_transfer_reversal.py tests the rule itself)."""
+    user = User.objects.create_superuser(email="ops2@test.example", password="ops-password")
+    client = Client()
+    client.force_login(user)
+    client.user = user
+    return client
+
+
 def _reverse_url(transfer_id) -> str:
     return f"/admin/wallet/transfer/{transfer_id}/reverse/"
 
 
+def _ask_for_reversal(client, transfer_id, reason: str) -> None:
+    asked = client.post(_reverse_url(transfer_id), {"reason": reason}, follow=True)
+    assert "Another Administrator must confirm it" in asked.content.decode()
+    assert Transfer.objects.get(pk=int(transfer_id)).reversal_requested_by == client.user
+
+
 @pytest.mark.django_db
-def test_admin_reversal_once(master_client, admin_client, world):
+def test_admin_reversal_once(master_client, admin_client, second_admin_client, world):
     TransferFee.objects.create(asset=Asset.objects.get(code="PHP"), fee=Decimal("2"))
     fees = fees_shard(MASTER)
     before = (free(MASTER), free(PEER), free_of(fees))
@@ -832,18 +849,22 @@ def test_admin_reversal_once(master_client, admin_client, world):
     assert no_reason.status_code == 200  # the form again
     assert Posting.objects.count() == postings
 
-    done = admin_client.post(_reverse_url(transfer["id"]), {"reason": "sent to the wrong person"}, follow=True)
+    _ask_for_reversal(admin_client, transfer["id"], "sent to the wrong person")
+    assert Posting.objects.count() == postings
+    done = second_admin_client.post(_reverse_url(transfer["id"]), {"reason": "ticket checked"}, follow=True)
     assert done.status_code == 200
     assert "reversed by a new posting" in done.content.decode()
     assert Posting.objects.count() == postings + 1
     row = Transfer.objects.get(pk=int(transfer["id"]))
-    assert row.reversed_by == admin_client.user
+    assert row.reversal_requested_by == admin_client.user
+    assert row.reversed_by == second_admin_client.user
     assert row.reversal_reason == "sent to the wrong person"
     reversal = row.reversal_posting
     assert reversal.pk != row.posting_id
-    assert reversal.kind == BusinessType.P2P_TRANSFER
+    assert reversal.kind == BusinessType.OTHERS  # a correction, not a transfer either customer made
     assert "sent to the wrong person" in reversal.memo
-    assert reversal.actor_id == admin_client.user.pk
+    assert "ticket checked" in reversal.memo
+    assert reversal.actor_id == second_admin_client.user.pk
     assert (free(MASTER), free(PEER), free_of(fees)) == before
     # The original posting stays in the journal.
     assert Posting.objects.filter(pk=row.posting_id).exists()
@@ -856,15 +877,20 @@ def test_admin_reversal_once(master_client, admin_client, world):
 
 
 @pytest.mark.django_db
-def test_admin_reversal_refused_when_the_recipient_spent_it(master_client, peer_client, admin_client, world):
+def test_admin_reversal_refused_when_the_recipient_spent_it(
+    master_client, peer_client, admin_client, second_admin_client, world
+):
     transfer = create(master_client, target_address=SUB, amount="10000")  # the sub held 10,000 PHP
     sub = SignedClient(world["sub"]["api_key"], world["sub"]["secret_key"])
     create(sub, target_address=PEER, amount=str(free(SUB)))
     state = snapshot()
-    refused_page = admin_client.post(_reverse_url(transfer["id"]), {"reason": "mistake"}, follow=True)
+    _ask_for_reversal(admin_client, transfer["id"], "mistake")
+    refused_page = second_admin_client.post(_reverse_url(transfer["id"]), {"reason": "confirmed"}, follow=True)
     assert "no longer holds" in refused_page.content.decode()
     assert snapshot() == state
-    assert Transfer.objects.get(pk=int(transfer["id"])).reversal_posting_id is None
+    row = Transfer.objects.get(pk=int(transfer["id"]))
+    assert row.reversal_posting_id is None
+    assert row.reversal_requested_by == admin_client.user  # the request stays open
     assert ledger_check().ok
 
 
@@ -895,7 +921,9 @@ def test_admin_reversal_needs_change_permission(master_client, world):
 
 @pytest.mark.django_db
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="moves a PostgreSQL sequence")
-def test_client_transfer_id_reversal_does_not_collide_with_an_admin_reversal(master_client, admin_client, world):
+def test_client_transfer_id_reversal_does_not_collide_with_an_admin_reversal(
+    master_client, admin_client, second_admin_client, world
+):
     """Posting references share one namespace: a transfer's is `transfer:<sender id>:<client id>`, a
     reversal's `transfer:<transfer id>:reversal`. A sender whose id equals a reversed transfer's id
     must still be able to use the client_transfer_id "reversal" (and the reversal must work the
@@ -919,7 +947,8 @@ def test_client_transfer_id_reversal_does_not_collide_with_an_admin_reversal(mas
     sender_client = SignedClient(created.api_key.key, created.secret)
     transfer = create(master_client, amount="20")
     assert int(transfer["id"]) == target
-    admin_client.post(_reverse_url(transfer["id"]), {"reason": "collision check"})
+    _ask_for_reversal(admin_client, transfer["id"], "collision check")
+    second_admin_client.post(_reverse_url(transfer["id"]), {"reason": "confirmed"})
     assert Transfer.objects.get(pk=target).reversal_posting_id is not None
     create(master_client, target_address="same-number@test.example", amount="5")
     response = sender_client.post(V4, {**BASE, "client_transfer_id": "reversal", "amount": "1"})

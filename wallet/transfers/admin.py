@@ -1,11 +1,11 @@
 from django import forms
 from django.contrib import admin, messages
-from django.shortcuts import redirect
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
 from accounts.ledger.errors import InsufficientBalance
-from exchange.backoffice.services import staff_action, summary
 from exchange.backoffice.toolkit import GuardedChangeAdmin
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services
@@ -19,12 +19,19 @@ class TransferFeeAdmin(GuardedChangeAdmin, admin.ModelAdmin):
 
 
 class ReversalForm(forms.Form):
-    reason = forms.CharField(max_length=255, help_text="Recorded on the reversing posting.")
+    decision = forms.ChoiceField(
+        choices=(("reverse", "reverse"), ("cancel", "cancel the request")),
+        initial="reverse",
+        required=False,
+        widget=forms.HiddenInput,
+    )
+    reason = forms.CharField(max_length=255, help_text="Why (required): kept on the posting and in the audit trail.")
 
 
 @admin.register(Transfer)
 class TransferAdmin(admin.ModelAdmin):
-    """Read-only: a transfer is undone only by a new, audited reversing posting."""
+    """Read-only: a transfer is undone only by a new, audited reversing posting, asked for by one
+    Administrator and confirmed by another (wallet.transfers.services.transfer_reverse)."""
 
     list_display = (
         "id",
@@ -36,6 +43,7 @@ class TransferAdmin(admin.ModelAdmin):
         "client_transfer_id",
         "status",
         "created_at",
+        "reversal_requested_by",
         "reversed_by",
     )
     list_filter = ("asset", "api_version", "created_at")
@@ -56,38 +64,45 @@ class TransferAdmin(admin.ModelAdmin):
         ]
 
     def reverse_view(self, request, pk: int):
-        from django.core.exceptions import PermissionDenied
-        from django.shortcuts import get_object_or_404
-
+        """Ask for, confirm or cancel a reversal (wallet.transfers.services.transfer_reverse: above
+        TRANSFER_REVERSAL_FOUR_EYES_ABOVE, 0 by default, a second Administrator confirms)."""
         if not self.has_change_permission(request):
             raise PermissionDenied
-        transfer = get_object_or_404(Transfer, pk=pk)
+        transfer = get_object_or_404(Transfer.objects.select_related("asset", "sender", "recipient"), pk=pk)
         form = ReversalForm(request.POST or None)
         if transfer.reversal_posting_id:
             self.message_user(request, "This transfer was already reversed.", messages.WARNING)
             return redirect("admin:wallet_transfer_change", pk)
         if request.method == "POST" and form.is_valid():
-            reason = form.cleaned_data["reason"]
+            decision, reason = form.cleaned_data["decision"] or "reverse", form.cleaned_data["reason"]
             try:
-                with staff_action(
-                    actor=request.user,
-                    action="transfer.reverse",
-                    reason=reason,
-                    target=transfer,
-                    before=summary(transfer),
-                ) as draft:
-                    draft.after = summary(
-                        services.transfer_reverse(transfer=transfer, reversed_by=request.user, reason=reason)
-                    )
+                if decision == "cancel":
+                    services.transfer_reversal_cancel(transfer=transfer, cancelled_by=request.user, reason=reason)
+                else:
+                    done = services.transfer_reverse(transfer=transfer, reversed_by=request.user, reason=reason)
+            except services.ReversalRefused as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
             except InsufficientBalance:
                 self.message_user(request, "Refused: the recipient no longer holds the amount.", messages.ERROR)
             else:
-                self.message_user(request, "Transfer reversed by a new posting.", messages.SUCCESS)
+                if decision == "cancel":
+                    self.message_user(request, "Reversal request cancelled: nothing was posted.", messages.SUCCESS)
+                elif done.reversal_posting_id is None:
+                    self.message_user(
+                        request,
+                        "Reversal asked for: no money has moved. Another Administrator must confirm it.",
+                        messages.WARNING,
+                    )
+                else:
+                    self.message_user(request, "Transfer reversed by a new posting.", messages.SUCCESS)
             return redirect("admin:wallet_transfer_change", pk)
         context = {
             **self.admin_site.each_context(request),
             "form": form,
             "transfer": transfer,
+            "requested": transfer.reversal_requested_by_id is not None,
+            "is_requester": transfer.reversal_requested_by_id == request.user.pk,
+            "needs_two": services.reversal_needs_two(transfer),
             "opts": self.model._meta,
             "title": f"Reverse transfer #{transfer.pk}",
         }

@@ -36,7 +36,18 @@ def transfer_json(transfer: Transfer, *, viewer: User) -> dict:
         "source_address": source,
         "type": 2 if transfer.sender_id == viewer.pk else 1,
         "created_at": _iso_millis(transfer.created_at),
+        **_reversal_fields(transfer),
     }
+
+
+def _reversal_fields(transfer: Transfer) -> dict:
+    """A reversed transfer says so (issue 34, finding 2): the reversal's posting id, which is the
+    `txId` of its OTHERS row in the transaction history, and when it was posted. Absent otherwise;
+    `status` stays the spec's `success` (the transfer itself happened)."""
+    reversal = transfer.reversal_posting
+    if reversal is None:
+        return {}
+    return {"reversed": True, "reversal_payment": str(reversal.pk), "reversed_at": _iso_millis(reversal.created_at)}
 
 
 def created_json(transfer: Transfer) -> dict:

@@ -10,17 +10,20 @@ import uuid
 from decimal import Decimal
 from typing import NoReturn
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from accounts import ledger, limits, policy
 from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import UserRef, transfer_parties
+from exchange.backoffice.services import require_reason, staff_action, summary
 from exchange.runtime.ttlcache import TtlCache
 from wallet import errors
 from wallet.models import Transfer, TransferFee
-from wallet.services import fits_precision
+from wallet.services import approval_value_of, fits_precision
 
 logger = logging.getLogger(__name__)
 
@@ -161,26 +164,143 @@ def transfer_create(
     return transfer
 
 
-def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
+class ReversalRefused(ValueError):
+    """A reversal refused as asked: already reversed, by someone who may not, or the four-eyes rule
+    (the Administrator who asked for it confirming it)."""
+
+
+REVERSE_PERMISSION = "wallet.change_transfer"  # Administrators (exchange/backoffice/roles.py)
+REVERSAL_FIELDS = (
+    "sender",
+    "recipient",
+    "asset",
+    "amount",
+    "fee",
+    "posting",
+    "reversal_requested_by",
+    "reversal_requested_at",
+    "reversal_reason",
+    "reversed_by",
+    "reversal_posting",
+)
+
+
+def reversal_needs_two(transfer: Transfer) -> bool:
+    """Whether reversing `transfer` takes two Administrators: its amount plus fee, in PHP at the
+    asset's reference price now (as a withdrawal's four-eyes value), is above
+    TRANSFER_REVERSAL_FOUR_EYES_ABOVE (0 by default: every reversal), or the asset has no price."""
+    coin = Asset.objects.get(pk=transfer.asset_id)  # today's price, not a cached row's
+    value = approval_value_of(coin, transfer.amount + transfer.fee)
+    return value is None or value > settings.TRANSFER_REVERSAL_FOUR_EYES_ABOVE
+
+
+def _require_may_reverse(actor: User) -> None:
+    if not (actor.is_active and actor.is_staff and actor.has_perm(REVERSE_PERMISSION)):
+        raise ReversalRefused("Only an Administrator may reverse a transfer.")
+
+
+def _locked_for_reversal(transfer_id: int) -> Transfer:
+    """The transfer, locked for the decision (concurrent requests and confirmations queue here and
+    the later ones see the earlier); refused once reversed. Must run inside a transaction."""
+    locked = Transfer.objects.select_for_update().get(pk=transfer_id)
+    if locked.reversal_posting_id is not None:
+        raise ReversalRefused(f"Transfer #{locked.pk} was already reversed.")
+    return locked
+
+
+def transfer_reverse(*, transfer: Transfer, reversed_by: User, reason: str | None) -> Transfer:
     """Operators undo a transfer with a new posting (the original stays in the journal): the amount
-    goes back from the recipient and the fee from the fees shard that received it. Once only."""
-    if not reason.strip():
-        raise ValueError("A reversal needs a reason.")
-    legs = ledger.move(transfer.recipient_id, transfer.sender_id, transfer.asset.code, transfer.amount)
+    goes back from the recipient and the fee from the fees shard that received it. Once only.
+
+    A reversal takes money out of a customer's account, so it follows the adjustments' four eyes
+    (issue 34, finding 2): when `reversal_needs_two`, the first Administrator's call only records
+    the request (reversal_requested_by; no money moves) and a second Administrator's call posts it;
+    the one who asked confirming is refused (ReversalRefused), and so is anyone without the
+    permission, a missing reason (ReasonRequired) or a transfer already reversed. The audit row
+    (transfer.reverse_request, transfer.reverse) is written here, in the same transaction. A debit
+    beyond what the recipient holds is refused (InsufficientBalance) and leaves the request open.
+    The reversal's posting is of business type OTHERS: the customers' history and stream show it
+    as a correction, not as a transfer either of them made."""
+    reason = require_reason(reason)
+    _require_may_reverse(reversed_by)
+    with transaction.atomic():
+        locked = _locked_for_reversal(transfer.pk)
+        before = summary(locked, REVERSAL_FIELDS)
+        if locked.reversal_requested_by_id is None and reversal_needs_two(locked):
+            with staff_action(
+                actor=reversed_by, action="transfer.reverse_request", reason=reason, target=locked, before=before
+            ) as draft:
+                Transfer.objects.filter(pk=locked.pk).update(
+                    reversal_requested_by=reversed_by,
+                    reversal_requested_at=timezone.now(),
+                    reversal_reason=reason[:255],
+                )
+                locked.refresh_from_db()
+                draft.after = summary(locked, REVERSAL_FIELDS)
+            transfer.refresh_from_db()
+            return transfer  # waits for a second Administrator
+        if locked.reversal_requested_by_id == reversed_by.pk:
+            raise ReversalRefused(
+                f"You asked for the reversal of transfer #{locked.pk}: another Administrator must confirm it."
+            )
+        with staff_action(
+            actor=reversed_by, action="transfer.reverse", reason=reason, target=locked, before=before
+        ) as draft:
+            done = _reverse_posting(locked, reversed_by, reason)
+            draft.after = summary(done, REVERSAL_FIELDS)
+    transfer.refresh_from_db()
+    return transfer
+
+
+def transfer_reversal_cancel(*, transfer: Transfer, cancelled_by: User, reason: str | None) -> Transfer:
+    """Drop an open reversal request (its author or another Administrator); nothing was posted.
+    Audited (transfer.reverse_cancel)."""
+    reason = require_reason(reason)
+    _require_may_reverse(cancelled_by)
+    with transaction.atomic():
+        locked = _locked_for_reversal(transfer.pk)
+        if locked.reversal_requested_by_id is None:
+            raise ReversalRefused(f"Transfer #{locked.pk} has no reversal request to cancel.")
+        with staff_action(
+            actor=cancelled_by,
+            action="transfer.reverse_cancel",
+            reason=reason,
+            target=locked,
+            before=summary(locked, REVERSAL_FIELDS),
+        ) as draft:
+            Transfer.objects.filter(pk=locked.pk).update(
+                reversal_requested_by=None, reversal_requested_at=None, reversal_reason=""
+            )
+            locked.refresh_from_db()
+            draft.after = summary(locked, REVERSAL_FIELDS)
+    transfer.refresh_from_db()
+    return transfer
+
+
+def _reverse_posting(transfer: Transfer, reversed_by: User, reason: str) -> Transfer:
+    asked_by = transfer.reversal_requested_by
+    memo = (
+        f"reversal asked by {asked_by.email}: {transfer.reversal_reason}; confirmed by {reversed_by.email}: {reason}"
+        if asked_by is not None
+        else f"reversal by {reversed_by.email}: {reason}"
+    )
+    recorded_reason = transfer.reversal_reason if asked_by is not None else reason
+    code = Asset.objects.filter(pk=transfer.asset_id).values_list("code", flat=True).get()
+    legs = ledger.move(transfer.recipient_id, transfer.sender_id, code, transfer.amount)
     if transfer.fee <= 0:
-        return _post_reversal(transfer, legs, reversed_by, reason)
+        return _post_reversal(transfer, legs, reversed_by, memo, recorded_reason)
     credited = _fee_shard(transfer)
-    refund = ledger.move(credited, transfer.sender_id, transfer.asset.code, transfer.fee)
+    refund = ledger.move(credited, transfer.sender_id, code, transfer.fee)
     try:
-        return _post_reversal(transfer, legs + refund, reversed_by, reason)
+        return _post_reversal(transfer, legs + refund, reversed_by, memo, recorded_reason)
     except InsufficientBalance:
         payers = _fee_payers(transfer, credited)
         if payers is None:  # the recipient's side, or the fees accounts as a whole, is short
             raise
     logger.warning("Fee refund of transfer %s: fees shard %s is short, paid by %s", transfer.pk, credited, payers)
     for shard, part in payers:
-        legs += ledger.move(shard, transfer.sender_id, transfer.asset.code, part)
-    return _post_reversal(transfer, legs, reversed_by, reason)
+        legs += ledger.move(shard, transfer.sender_id, code, part)
+    return _post_reversal(transfer, legs, reversed_by, memo, recorded_reason)
 
 
 def _fee_shard(transfer: Transfer) -> int:
@@ -225,13 +345,13 @@ def _fee_payers(transfer: Transfer, credited: int) -> list[tuple[int, Decimal]] 
     return None
 
 
-def _post_reversal(transfer: Transfer, legs, reversed_by: User, reason: str) -> Transfer:
-    with transaction.atomic():
+def _post_reversal(transfer: Transfer, legs, reversed_by: User, memo: str, reason: str) -> Transfer:
+    with transaction.atomic():  # a savepoint: a refused attempt leaves the caller's transaction usable
         result = ledger.post(
             legs=legs,
-            kind=BusinessType.P2P_TRANSFER,
+            kind=BusinessType.OTHERS,
             reference=f"transfer-reversal:{transfer.pk}",
-            memo=f"reversal by {reversed_by.email}: {reason}"[:255],
+            memo=memo[:255],
             actor_id=reversed_by.pk,
         )
         Transfer.objects.filter(pk=transfer.pk).update(
