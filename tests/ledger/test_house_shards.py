@@ -18,6 +18,7 @@ from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry
 from accounts.models import SystemRole, User
 from tests.support.factories import DepositFactory, TransferFactory, WithdrawalFactory, demo_networks, fund
+from tests.support.staff import ADMINISTRATOR, staff_member
 from wallet import services
 from wallet.models import Transfer, TransferFee, Withdrawal, WithdrawalStage
 from wallet.transfers import services as transfers
@@ -250,7 +251,15 @@ def _reversal_entries(transfer: Transfer) -> set[tuple[int, int, Decimal]]:
 
 @pytest.fixture
 def operator(make_user):
-    return make_user(is_staff=True)
+    """Reverses as the admin does: two Administrators (the first asks, the second posts it; the
+    rule itself: tests/wallet/test_transfer_reversal.py)."""
+    asking, confirming = (staff_member(ADMINISTRATOR) for _ in range(2))
+
+    def reverse(*, transfer, reason: str):
+        transfers.transfer_reverse(transfer=transfer, reversed_by=asking, reason=reason)
+        return transfers.transfer_reverse(transfer=transfer, reversed_by=confirming, reason=f"confirmed: {reason}")
+
+    return reverse
 
 
 @pytest.mark.django_db
@@ -263,7 +272,7 @@ def test_the_refund_comes_from_the_shard_that_took_the_fee_whatever_the_count_no
     # The count changes: the sender's shard today is another account (shard 0 with one shard).
     settings.HOUSE_ACCOUNT_SHARDS = {**settings.HOUSE_ACCOUNT_SHARDS, "fees": 1}
     assert ledger.shard_account_id(SystemRole.FEES, sender.pk) != credited
-    transfers.transfer_reverse(transfer=transfer, reversed_by=operator, reason="wrong person")
+    operator(transfer=transfer, reason="wrong person")
     assert _reversal_entries(transfer) == {
         (recipient.pk, -1, Decimal(10)),
         (credited, -1, TRANSFER_FEE),
@@ -285,7 +294,7 @@ def test_a_transfer_from_before_the_shards_is_refunded_from_shard_0(make_user, o
     settings.HOUSE_ACCOUNT_SHARDS = {**settings.HOUSE_ACCOUNT_SHARDS, "fees": 16}
     shard0 = ledger.system_account_id(SystemRole.FEES)
     assert ledger.shard_account_id(SystemRole.FEES, sender.pk) != shard0
-    transfers.transfer_reverse(transfer=transfer, reversed_by=operator, reason="old one")
+    operator(transfer=transfer, reason="old one")
     assert (shard0, -1, TRANSFER_FEE) in _reversal_entries(transfer)
     assert _free(sender.pk) == 100
     assert ledger_check().ok
@@ -313,7 +322,7 @@ def test_a_short_shard_refunds_what_it_holds_and_the_richest_other_shards_the_re
     transfer = TransferFactory(sender=sender, recipient=recipient, amount="10", funded=False)
     _sweep(credited, Decimal("0.3"))  # 0.2 of the 0.5 fee left
     fees_before = _role_free(SystemRole.FEES)
-    transfers.transfer_reverse(transfer=transfer, reversed_by=operator, reason="short shard")
+    operator(transfer=transfer, reason="short shard")
     assert _reversal_entries(transfer) == {
         (recipient.pk, -1, Decimal(10)),
         (credited, -1, Decimal("0.2")),
@@ -336,7 +345,7 @@ def test_a_refund_nobody_can_pay_is_refused_and_moves_nothing(make_user, operato
     _sweep(credited, TRANSFER_FEE)  # no fees left anywhere
     assert _role_free(SystemRole.FEES) == 0
     with pytest.raises(InsufficientBalance):
-        transfers.transfer_reverse(transfer=transfer, reversed_by=operator, reason="nobody pays")
+        operator(transfer=transfer, reason="nobody pays")
     transfer.refresh_from_db()
     assert transfer.reversal_posting_id is None
     assert (_free(sender.pk), _free(recipient.pk)) == (100 - 10 - TRANSFER_FEE, 10)
@@ -346,7 +355,7 @@ def test_a_refund_nobody_can_pay_is_refused_and_moves_nothing(make_user, operato
     second = TransferFactory(sender=other, recipient=recipient, amount="10", funded=False)
     transfers.transfer_create(sender=recipient, asset_code=COIN, target_address=other.email, amount=Decimal("19"))
     with pytest.raises(InsufficientBalance):
-        transfers.transfer_reverse(transfer=second, reversed_by=operator, reason="recipient spent it")
+        operator(transfer=second, reason="recipient spent it")
     second.refresh_from_db()
     assert second.reversal_posting_id is None
     assert ledger_check().ok
