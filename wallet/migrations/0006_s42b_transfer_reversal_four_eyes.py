@@ -6,26 +6,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0014_adjustment_four_eyes'),
-        ('wallet', '0005_withdrawal_approval_value_recorded'),
+        ("accounts", "0014_adjustment_four_eyes"),
+        ("wallet", "0005_withdrawal_approval_value_recorded"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='transfer',
-            name='reversal_requested_at',
+            model_name="transfer",
+            name="reversal_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='transfer',
-            name='reversal_requested_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="transfer",
+            name="reversal_requested_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='transfer',
-            constraint=models.CheckConstraint(condition=models.Q(('reversed_by__isnull', True), ('reversal_requested_by__isnull', True), models.Q(('reversed_by', models.F('reversal_requested_by')), _negated=True), _connector='OR'), name='transfer_reversal_four_eyes'),
+            model_name="transfer",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("reversed_by__isnull", True),
+                    ("reversal_requested_by__isnull", True),
+                    models.Q(("reversed_by", models.F("reversal_requested_by")), _negated=True),
+                    _connector="OR",
+                ),
+                name="transfer_reversal_four_eyes",
+            ),
         ),
     ]

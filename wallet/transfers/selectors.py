@@ -30,7 +30,11 @@ NO_TRANSFERS = TransferPage(transfers=(), total_count=0, next_page=None, previou
 
 
 def _visible(user: User, alias: str = replicas.PRIMARY):
-    return Transfer.objects.using(alias).select_related("asset", "sender", "reversal_posting").filter(Q(sender=user) | Q(recipient=user))
+    return (
+        Transfer.objects.using(alias)
+        .select_related("asset", "sender", "reversal_posting")
+        .filter(Q(sender=user) | Q(recipient=user))
+    )
 
 
 def transfer_get(
