@@ -5,10 +5,16 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied
 
 from exchange.backoffice.services import staff_action, summary
-from exchange.backoffice.toolkit import GuardedChangeAdmin, ReasonActionForm, action_reason, submit_to_each
+from exchange.backoffice.toolkit import (
+    GuardedChangeAdmin,
+    GuardedChangeForm,
+    ReasonActionForm,
+    action_reason,
+    submit_to_each,
+)
 from wallet import services
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
@@ -60,32 +66,45 @@ class NetworkAdmin(GuardedChangeAdmin, admin.ModelAdmin):
         self._switch(request, queryset, "deposit_enable", True)
 
 
-class WhitelistForm(forms.ModelForm):
+class WhitelistForm(GuardedChangeForm):
+    """The entry's fields and a required reason; the address and memo formats are the model's
+    (WhitelistAddress.clean), so the audited service checks them too."""
+
     class Meta:
         model = WhitelistAddress
         fields = ("account", "network", "address", "tag", "name")
 
-    def clean(self):
-        import re
-
-        data = super().clean()
-        network, address, tag = data.get("network"), data.get("address", ""), data.get("tag", "")
-        if network is not None and address and not re.fullmatch(network.address_regex, address):
-            raise ValidationError({"address": f"Not an address of {network} ({network.address_regex})."})
-        if network is not None and tag and network.memo_regex and not re.fullmatch(network.memo_regex, tag):
-            raise ValidationError({"tag": f"Not a memo of {network} ({network.memo_regex})."})
-        if network is not None and tag and not network.memo_regex:
-            raise ValidationError({"tag": f"{network} has no memo/tag."})
-        return data
-
 
 @admin.register(WhitelistAddress)
-class WhitelistAddressAdmin(admin.ModelAdmin):
+class WhitelistAddressAdmin(GuardedChangeAdmin, admin.ModelAdmin):
+    """Adding or changing an entry needs a reason and is audited (exchange.backoffice.changes, the
+    rule in wallet/controls.py); removing one is the "Remove" action, with a reason, audited
+    (wallet.services.whitelist_entry_remove). Never deleted or edited without one."""
+
     form = WhitelistForm
     list_display = ("account", "network", "address", "tag", "name", "created_at")
     list_filter = ("network",)
     search_fields = ("account__email", "address", "name")
     raw_id_fields = ("account",)
+    actions = ["remove"]
+    action_form = ReasonActionForm
+
+    @admin.action(description="Remove the selected entries (with a reason, audited)", permissions=["change"])
+    def remove(self, request, queryset):
+        reason = action_reason(self, request)
+        if reason is None:
+            return
+        removed = 0
+        for entry in queryset:
+            try:
+                services.whitelist_entry_remove(entry=entry, removed_by=request.user, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                continue
+            removed += 1
+        self.message_user(
+            request, f"Removed {removed} whitelist entr{'y' if removed == 1 else 'ies'}.", messages.SUCCESS
+        )
 
 
 class TravelRuleForm(forms.Form):

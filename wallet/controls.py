@@ -6,12 +6,15 @@ each field: accounts/controls.py explains the directions).
   deposits' confirmations lowered loosen (a deposit is credited before it is final); the address
   and memo formats: any change waits (they decide which addresses are accepted).
 - TransferFee.fee lowered loosens.
+- WhitelistAddress (issue 34): every entry added or changed needs a reason and is audited, and
+  applies at once (an entry lets only the customer's own signed request send there; staff cannot
+  send); removing one is wallet.services.whitelist_entry_remove, audited too.
 """
 
 from __future__ import annotations
 
 from exchange.backoffice.changes import ANY, AUDITED, HIGHER, LOWER, ON, guard
-from wallet.models import Network, TransferFee
+from wallet.models import Network, TransferFee, WhitelistAddress
 
 
 def register() -> None:
@@ -35,3 +38,8 @@ def register() -> None:
         },
     )
     guard(TransferFee, action="transfer_fee", fields={"asset": ANY, "fee": LOWER})
+    guard(
+        WhitelistAddress,
+        action="whitelist",
+        fields={"account": AUDITED, "network": AUDITED, "address": AUDITED, "tag": AUDITED, "name": AUDITED},
+    )

@@ -3,9 +3,11 @@ whitelist, and the simulated chain's own tables (wallet/chain/simulator.py)."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -222,6 +224,19 @@ class WhitelistAddress(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name or self.address} ({self.network})"
+
+    def clean(self) -> None:
+        """The address and memo match the network's formats: checked by full_clean, which the admin's
+        form and the audited service (exchange.backoffice.changes) both run."""
+        network = self.network if self.network_id is not None else None
+        if network is None:
+            return
+        if self.address and not re.fullmatch(network.address_regex, self.address):
+            raise ValidationError({"address": f"Not an address of {network} ({network.address_regex})."})
+        if self.tag and not network.memo_regex:
+            raise ValidationError({"tag": f"{network} has no memo/tag."})
+        if self.tag and not re.fullmatch(network.memo_regex, self.tag):
+            raise ValidationError({"tag": f"Not a memo of {network} ({network.memo_regex})."})
 
 
 # --- the simulated chain -------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -22,6 +23,7 @@ from accounts import ledger, policy
 from accounts.ledger.models import Asset, BusinessType
 from accounts.limits import outflow_refusal, tier_for, value_in
 from accounts.models import SystemRole, User
+from exchange.backoffice.services import require_reason, staff_action, summary
 from exchange.runtime.amounts import decimal_places
 from wallet import errors
 from wallet.chain import BroadcastFailed, TxState, adapter
@@ -191,6 +193,20 @@ def deposits_scan() -> int:
 
 
 # --- withdrawals ---------------------------------------------------------------------------------
+
+
+def whitelist_entry_remove(*, entry: WhitelistAddress, removed_by: User, reason: str | None) -> None:
+    """Remove a withdrawal whitelist entry, by a staff member who may change the whitelist, with a
+    reason, audited (whitelist.remove) in the same transaction. Adding and changing entries go
+    through exchange.backoffice.changes (wallet/controls.py), audited the same way."""
+    reason = require_reason(reason)
+    if not (removed_by.is_active and removed_by.is_staff and removed_by.has_perm("wallet.change_whitelistaddress")):
+        raise PermissionDenied("You may not change the withdrawal whitelist.")
+    with staff_action(
+        actor=removed_by, action="whitelist.remove", reason=reason, target=entry, before=summary(entry)
+    ) as draft:
+        WhitelistAddress.objects.filter(pk=entry.pk).delete()
+        draft.after = {"removed": True}
 
 
 def fits_precision(amount: Decimal, places: int) -> bool:

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from accounts.ledger.check import ledger_check
 from accounts.models import Balance, User
-from exchange.backoffice.models import ChangeRequest, ChangeStatus
+from exchange.backoffice.models import ChangeRequest, ChangeStatus, StaffAction
 from tests.support.assertions import assert_error
 from tests.support.backoffice import held_deposit, trx_withdrawal
 from tests.support.client import SignedClient
@@ -355,7 +355,9 @@ def test_recheck_action(root, demo_master):
 # --- whitelist form ----------------------------------------------------------------------------
 
 
-def _add_entry(client: Client, account: User, network: Network, address: str, tag: str = ""):
+def _add_entry(
+    client: Client, account: User, network: Network, address: str, tag: str = "", reason: str = "customer's form 12"
+):
     return client.post(
         reverse("admin:wallet_whitelistaddress_add"),
         {
@@ -364,6 +366,7 @@ def _add_entry(client: Client, account: User, network: Network, address: str, ta
             "address": address,
             "tag": tag,
             "name": "cold",
+            "reason": reason,
             "_save": "Save",
         },
     )
@@ -413,6 +416,96 @@ def test_whitelist_form_tag_rules(root, demo_master):
     assert "tag" in response.context["adminform"].form.errors
     assert _add_entry(root, demo_master, trx, address, tag="123").status_code == 302
     assert WhitelistAddress.objects.filter(account=demo_master, address=address, tag="123").exists()
+
+
+def _whitelist_audit() -> list[tuple[str, str, dict, dict]]:
+    rows = StaffAction.objects.filter(action__startswith="whitelist.").order_by("id")
+    return list(rows.values_list("action", "reason", "before", "after"))
+
+
+def test_an_entry_is_added_only_with_a_reason_and_audited(make_user):
+    """Issue 34: entries were added and changed with no reason and no audit."""
+    admin = staff_member(ADMINISTRATOR)
+    trx = Network.objects.get(coin__code="USDT", network="TRX")
+    user = make_user()
+    address = "TNewCo1dWa11etAddress1111111111111"
+    refused = _add_entry(_client(admin), user, trx, address, reason="  ")
+    assert refused.status_code == 200
+    assert "reason" in refused.context["adminform"].form.errors
+    assert not WhitelistAddress.objects.filter(account=user).exists()
+    assert _whitelist_audit() == []
+
+    assert _add_entry(_client(admin), user, trx, address, reason="signed form, ticket 12").status_code == 302
+    entry = WhitelistAddress.objects.get(account=user)
+    [(action, reason, before, after)] = _whitelist_audit()
+    assert (action, reason, before) == ("whitelist.create", "signed form, ticket 12", {})
+    assert (after["account"], after["network"], after["address"]) == (user.pk, trx.pk, address)
+    record = StaffAction.objects.get(action="whitelist.create")
+    assert (record.actor_id, record.object_type, record.object_id) == (
+        admin.pk,
+        "wallet.whitelistaddress",
+        str(entry.pk),
+    )
+
+
+def test_an_entry_is_changed_only_with_a_reason_and_audited(demo_master):
+    admin = _client(staff_member(ADMINISTRATOR))
+    entry = WhitelistAddress.objects.get(account=demo_master, address=TRX_ADDRESS)
+    change = reverse("admin:wallet_whitelistaddress_change", args=[entry.pk])
+    new_address = "TNewCo1dWa11etAddress1111111111111"
+    data = {
+        "account": str(demo_master.pk),
+        "network": str(entry.network_id),
+        "address": new_address,
+        "tag": "",
+        "name": entry.name,
+        "_save": "Save",
+    }
+    refused = admin.post(change, {**data, "reason": ""})
+    assert refused.status_code == 200
+    assert "reason" in refused.context["adminform"].form.errors
+    entry.refresh_from_db()
+    assert entry.address == TRX_ADDRESS
+    assert _whitelist_audit() == []
+
+    bad = admin.post(change, {**data, "address": "0x00000000000000000000000000000000000d3e40", "reason": "x"})
+    assert bad.status_code == 200
+    assert "address" in bad.context["adminform"].form.errors
+
+    assert admin.post(change, {**data, "reason": "customer moved wallets, ticket 31"}).status_code == 302
+    entry.refresh_from_db()
+    assert entry.address == new_address
+    assert _whitelist_audit() == [
+        ("whitelist.change", "customer moved wallets, ticket 31", {"address": TRX_ADDRESS}, {"address": new_address})
+    ]
+
+
+def test_an_entry_is_removed_only_with_a_reason_and_audited(demo_master):
+    admin = _client(staff_member(ADMINISTRATOR))
+    entry = WhitelistAddress.objects.get(account=demo_master, address=TRX_ADDRESS)
+    assert (
+        admin.post(reverse("admin:wallet_whitelistaddress_delete", args=[entry.pk]), {"post": "yes"}).status_code == 403
+    )
+
+    def remove(reason: str):
+        return admin.post(
+            reverse("admin:wallet_whitelistaddress_changelist"),
+            {"action": "remove", "_selected_action": [str(entry.pk)], "index": "0", "reason": reason},
+            follow=True,
+        )
+
+    refused = remove("")
+    assert any("reason is required" in str(m) for m in refused.context["messages"])
+    assert WhitelistAddress.objects.filter(pk=entry.pk).exists()
+    remove("customer asked, ticket 40")
+    assert not WhitelistAddress.objects.filter(pk=entry.pk).exists()
+    [(action, reason, before, after)] = _whitelist_audit()
+    assert (action, reason, before["address"], after) == (
+        "whitelist.remove",
+        "customer asked, ticket 40",
+        TRX_ADDRESS,
+        {"removed": True},
+    )
 
 
 # --- read-only staff ---------------------------------------------------------------------------
