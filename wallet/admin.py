@@ -232,7 +232,8 @@ class DepositAdmin(admin.ModelAdmin):
 @admin.register(Withdrawal)
 class WithdrawalAdmin(admin.ModelAdmin):
     """Approve, reject or retry by the list's actions, with a reason (audited). Above
-    WITHDRAWAL_FOUR_EYES_ABOVE an approval takes two staff members (wallet.services.withdrawal_approve)."""
+    WITHDRAWAL_FOUR_EYES_ABOVE, the withdrawal's value alone or the customer's withdrawals of the last
+    24 hours together, an approval takes two staff members (wallet.services.withdrawal_approve)."""
 
     list_display = (
         "id",
@@ -296,7 +297,8 @@ class WithdrawalAdmin(admin.ModelAdmin):
         if waiting:
             self.message_user(
                 request,
-                f"{waiting} withdrawal(s) above the four-eyes value now wait for a second approver (not you).",
+                f"{waiting} withdrawal(s) above the four-eyes value (alone, or with the customer's other "
+                "withdrawals of the last 24 hours) now wait for a second approver (not you).",
                 messages.WARNING,
             )
 

@@ -428,20 +428,51 @@ def needs_two_approvals(withdrawal: Withdrawal) -> bool:
     (`needs_two_approvals`, from its `approval_value`: amount plus fee in APPROVAL_CURRENCY) and
     only ever raised since: it also takes two when its value at today's reference price is above
     WITHDRAWAL_FOUR_EYES_ABOVE, or when the asset has no price now. A price lowered (even to 0)
-    after it was applied never lets one person send it."""
+    after it was applied never lets one person send it. And it takes two when the customer's
+    withdrawals of the last WITHDRAWAL_FOUR_EYES_WINDOW_HOURS together are above the threshold
+    (`recent_withdrawals_value`): a large sum split into pieces that each one person could approve."""
     if settings.WITHDRAWAL_FOUR_EYES_ABOVE is None:
         return False  # four eyes switched off for this deployment
     if withdrawal.needs_two_approvals or withdrawal.approval_value is None:
         return True
     coin = Asset.objects.get(pk=withdrawal.network.coin_id)  # today's price, not a cached row's
-    return _above_four_eyes(approval_value_of(coin, withdrawal.amount + withdrawal.fee))
+    if _above_four_eyes(approval_value_of(coin, withdrawal.amount + withdrawal.fee)):
+        return True
+    return _above_four_eyes(recent_withdrawals_value(withdrawal))
+
+
+def _family_ids(account_id: int) -> list[int]:
+    """The customer an account belongs to: its master (or itself) and every sub-account of it."""
+    master_id = User.objects.filter(pk=account_id).values_list("master_id", flat=True).get() or account_id
+    return [master_id, *User.objects.filter(master_id=master_id).values_list("pk", flat=True)]
+
+
+def recent_withdrawals_value(withdrawal: Withdrawal) -> Decimal | None:
+    """What the customer of `withdrawal` (its account, the account's master and their sub-accounts)
+    asked to withdraw in the last WITHDRAWAL_FOUR_EYES_WINDOW_HOURS, `withdrawal` included: the sum
+    of each withdrawal's `approval_value` (amount plus fee in APPROVAL_CURRENCY when applied, as the
+    thresholds measure), over every one not failed or rejected, whatever its stage (those waiting
+    for approval too: two approvals of two pieces at once each count the other). None when one of
+    them has no recorded value (no price when applied): every caller treats that as above."""
+    since = timezone.now() - timedelta(hours=settings.WITHDRAWAL_FOUR_EYES_WINDOW_HOURS)
+    values = list(
+        Withdrawal.objects.filter(account_id__in=_family_ids(withdrawal.account_id), applied_at__gte=since)
+        .exclude(stage=WithdrawalStage.FAILED)
+        .exclude(pk=withdrawal.pk)
+        .values_list("approval_value", flat=True)
+    )
+    values.append(withdrawal.approval_value)
+    if any(value is None for value in values):
+        return None
+    return sum(values, ZERO)
 
 
 def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdrawal:
     """Send a withdrawal that waits for an operator. Refused (ValueError) while its account may not
     send funds: reject it instead, or unfreeze the account first.
 
-    Four eyes: a withdrawal worth more than WITHDRAWAL_FOUR_EYES_ABOVE needs two approvals by two
+    Four eyes: a withdrawal worth more than WITHDRAWAL_FOUR_EYES_ABOVE, alone or with the customer's
+    other withdrawals of the last 24 hours (needs_two_approvals), needs two approvals by two
     staff members. The first is recorded (first_approved_by) and the withdrawal keeps waiting; the
     second, by anyone else, sends it; the first approver approving again is refused
     (ApprovalRefused). The row is locked for the decision, so two concurrent approvals queue and
@@ -453,7 +484,10 @@ def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User) -> Withdraw
         if locked.stage == WithdrawalStage.AWAITING_APPROVAL and needs_two_approvals(locked):
             if locked.first_approved_by_id is None:
                 Withdrawal.objects.filter(pk=locked.pk).update(
-                    first_approved_by=approved_by, first_approved_at=timezone.now(), updated_at=timezone.now()
+                    first_approved_by=approved_by,
+                    first_approved_at=timezone.now(),
+                    updated_at=timezone.now(),
+                    needs_two_approvals=True,  # kept, whatever the prices or the day's sum do next
                 )
                 withdrawal.refresh_from_db()
                 return withdrawal  # waits for the second approver

@@ -1,10 +1,12 @@
 """Four eyes: a manual adjustment is proposed (no money moves) and posted only when a second staff
 member confirms it, once, however many confirm at the same time; its proposer cannot confirm. A
-withdrawal approval above WITHDRAWAL_FOUR_EYES_ABOVE takes two approvers, the second not the first."""
+withdrawal approval above WITHDRAWAL_FOUR_EYES_ABOVE takes two approvers, the second not the first,
+and so does one whose customer's withdrawals of the last 24 hours add up to more than that."""
 
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -16,10 +18,10 @@ from accounts.ledger.models import AdjustmentStatus, ManualAdjustment, Posting
 from exchange.backoffice.models import StaffAction
 from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.backoffice import awaiting_withdrawal, usdt_customer
-from tests.support.factories import AssetFactory, UserFactory
+from tests.support.factories import AssetFactory, UserFactory, WhitelistAddressFactory, fund, sub_account
 from tests.support.staff import ADMINISTRATOR, SUPPORT, TREASURY, logged_in, staff_member
 from wallet import services as wallet_services
-from wallet.models import WithdrawalStage
+from wallet.models import Network, Withdrawal, WithdrawalStage
 
 ADD = reverse("admin:accounts_manualadjustment_add")
 
@@ -244,3 +246,71 @@ def test_a_withdrawal_below_the_four_eyes_value_needs_one_approver(settings, dja
     assert withdrawal.first_approved_by is None
     assert_balance(alice.user, "USDT", "89")
     assert_ledger_balanced()
+
+
+# --- a large withdrawal split into pieces (issue 34) ---------------------------------------------
+
+
+def _piece_value(withdrawal) -> Decimal:
+    return withdrawal.approval_value  # amount plus fee in PHP when applied, as the thresholds measure
+
+
+@pytest.mark.django_db
+def test_pieces_that_together_pass_the_four_eyes_value_in_a_day_need_a_second_approver(
+    settings, django_capture_on_commit_callbacks
+):
+    """Each piece alone is below WITHDRAWAL_FOUR_EYES_ABOVE (one approver by design); once the
+    customer's withdrawals of the last 24 hours, the one being approved included, add up to more,
+    the approval takes two people, the second not the first."""
+    alice = usdt_customer("100")
+    first_piece = awaiting_withdrawal(alice.user, "10")
+    settings.WITHDRAWAL_FOUR_EYES_ABOVE = _piece_value(first_piece) * Decimal("1.5")  # one piece: below
+    approver, other = staff_member(TREASURY), staff_member(TREASURY)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _approve(logged_in(approver), first_piece)
+    first_piece.refresh_from_db()
+    assert first_piece.stage == WithdrawalStage.SUCCEEDED  # alone below the value: one approver
+    assert first_piece.first_approved_by is None
+
+    second_piece = awaiting_withdrawal(alice.user, "10")
+    assert not second_piece.needs_two_approvals  # below the value alone, as applied
+    response = _approve(logged_in(approver), second_piece)
+    assert any("wait for a second approver" in m for m in _messages(response)), _messages(response)
+    second_piece.refresh_from_db()
+    assert second_piece.stage == WithdrawalStage.AWAITING_APPROVAL
+    assert (second_piece.first_approved_by, second_piece.needs_two_approvals) == (approver, True)
+    again = _approve(logged_in(approver), second_piece)
+    assert any("needs a second approver" in m for m in _messages(again)), _messages(again)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _approve(logged_in(other), second_piece)
+    second_piece.refresh_from_db()
+    assert second_piece.stage == WithdrawalStage.SUCCEEDED
+    assert (second_piece.first_approved_by, second_piece.decided_by) == (approver, other)
+    assert_balance(alice.user, "USDT", "78")  # two pieces of 10 + 1 fee
+    assert_ledger_balanced()
+
+
+@pytest.mark.django_db
+def test_the_days_sum_counts_the_family_and_not_old_or_rejected_withdrawals(
+    settings, django_capture_on_commit_callbacks
+):
+    alice = usdt_customer("100")
+    old = awaiting_withdrawal(alice.user, "10")
+    settings.WITHDRAWAL_FOUR_EYES_ABOVE = _piece_value(old) * Decimal("1.5")
+    Withdrawal.objects.filter(pk=old.pk).update(applied_at=old.applied_at - timedelta(hours=25))
+    rejected = awaiting_withdrawal(alice.user, "10")
+    wallet_services.withdrawal_reject(withdrawal=rejected, rejected_by=staff_member(TREASURY))
+    piece = awaiting_withdrawal(alice.user, "10")
+    assert wallet_services.recent_withdrawals_value(piece) == _piece_value(piece)  # only itself
+    assert wallet_services.needs_two_approvals(piece) is False
+
+    # A piece withdrawn from a sub-account of the same customer counts.
+    sub = sub_account(alice.user)
+    WhitelistAddressFactory(account=sub, network=Network.objects.get(coin__code="USDT", network="TRX"))
+    fund(sub, "USDT", "50")
+    from_sub = awaiting_withdrawal(sub, "10")
+    assert wallet_services.recent_withdrawals_value(piece) == _piece_value(piece) + _piece_value(from_sub)
+    assert wallet_services.needs_two_approvals(piece) is True
+    assert wallet_services.needs_two_approvals(from_sub) is True
