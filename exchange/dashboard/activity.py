@@ -6,7 +6,8 @@ What counts (one rule per category, on a posting's entries):
   world's accounts (world shards debited): the amount customers brought in;
 - withdrawals: postings of a withdrawal kind that credit the outside world (the settlement; the hold
   and a release do not touch the world); volume = what was sent out (the fee is not in it);
-- transfers: P2P_TRANSFER (reversals included) and VIRTUAL_DISTRIBUTE (sub-account transfers and
+- transfers: P2P_TRANSFER (reversals posted before issue 34 included; later ones are OTHERS, not
+  counted) and VIRTUAL_DISTRIBUTE (sub-account transfers and
   collections); volume = what customers received (the fee, to a fees account, is not in it);
 - conversions: CONVERT; volume per asset = what customers gave in that asset plus what they got in
   it (a conversion counts once in its source asset and once in its target asset).
