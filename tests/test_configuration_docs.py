@@ -36,28 +36,23 @@ def _is_environ(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id in ("env", "environ")
 
 
+def _read_name(node: ast.AST) -> str | None:
+    """The variable `node` reads from the environment, if it is such a read."""
+    if isinstance(node, ast.Subscript) and _is_environ(node.value) and isinstance(node.ctx, ast.Load):
+        return _name(node.slice)
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "_int_env":  # _int_env(env, "NAME", default)
+        return _name(node.args[1]) if len(node.args) >= 2 else None
+    direct = isinstance(func, ast.Name) and func.id == "env"  # env("NAME")
+    getenv = isinstance(func, ast.Attribute) and func.attr == "getenv"
+    method = isinstance(func, ast.Attribute) and _is_environ(func.value) and func.attr not in _WRITES
+    return _name(node.args[0]) if direct or getenv or method else None
+
+
 def _reads(tree: ast.AST) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript) and _is_environ(node.value) and isinstance(node.ctx, ast.Load):
-            if name := _name(node.slice):
-                found.add(name)
-        if not isinstance(node, ast.Call) or not node.args:
-            continue
-        func = node.func
-        if isinstance(func, ast.Name) and func.id == "_int_env" and len(node.args) >= 2:
-            if name := _name(node.args[1]):
-                found.add(name)
-        elif isinstance(func, ast.Name) and func.id == "env":  # env("NAME")
-            if name := _name(node.args[0]):
-                found.add(name)
-        elif isinstance(func, ast.Attribute) and func.attr == "getenv":
-            if name := _name(node.args[0]):
-                found.add(name)
-        elif isinstance(func, ast.Attribute) and _is_environ(func.value) and func.attr not in _WRITES:
-            if name := _name(node.args[0]):
-                found.add(name)
-    return found
+    return {name for node in ast.walk(tree) if (name := _read_name(node))}
 
 
 def settings_read() -> dict[str, list[str]]:
