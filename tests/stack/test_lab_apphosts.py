@@ -1,7 +1,10 @@
-"""The lab's application hosts (docs/scaling.md) as configuration, without the lab (it needs root and
-namespaces: `python -m exchange.stack.lab hostfault` runs it): HAProxy checks every backend and keeps
-websockets past Daphne's pings, each host runs the stack's programs on its own address, the beats run
-RedBeat and wait to be started in turn; RedBeat's settings through Sentinel."""
+"""The lab's application hosts (docs/scaling.md) without the lab (it needs root and namespaces:
+`python -m exchange.stack.lab hostfault` runs it): the lab's and the app hosts' supervisord for real
+over stand-in programs (a killed app-host program started again, its beat left for the lab to start,
+a killed lab program left down), with the configuration their `start` writes; the rest is the
+configuration's text and settings, named as such (HAProxy running that configuration:
+tests/stack/test_lab_haproxy.py); the rolling restart's drain on a stand-in stats socket; hostfault's
+and the lab simulation's judgements."""
 
 from __future__ import annotations
 
