@@ -70,7 +70,7 @@ def test_every_readme_block_runs(embedded, tmp_path):
     for number, block in enumerate(blocks, start=1):
         path = tmp_path / f"block{number}.sh"
         path.write_text(block.replace("127.0.0.1:8000", f"127.0.0.1:{port}"))
-        script += [f"echo '=== block {number}'", f"source {path}"]
+        script += [f"echo '=== block {number}' $(date +%s.%N)", f"source {path}"]
     run = subprocess.run(  # noqa: S603 - bash running the README's own blocks
         ["bash", "-c", "\n".join(script)],  # noqa: S607
         cwd=ROOT,
@@ -81,7 +81,7 @@ def test_every_readme_block_runs(embedded, tmp_path):
         check=False,
     )
     out = run.stdout
-    failed = out.rpartition("=== block ")[2].partition("\n")[0]
+    failed = out.rpartition("=== block ")[2].partition(" ")[0]  # the last block started
     assert run.returncode == 0, (
         f"README block {failed} exited {run.returncode}:\n{blocks[int(failed) - 1] if failed else ''}\n"
         f"--- stdout\n{out[-3000:]}\n--- stderr\n{run.stderr[-3000:]}\n--- server\n{server.tail()}"
