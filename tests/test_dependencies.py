@@ -4,9 +4,11 @@
 gateway (`exchange/api`, which imports no app), the back office's staff tools, the platform app
 (business status, label "exchange"), the back office's read side (`exchange/dashboard`, above every
 app), the code that runs the stack, and the wiring. Each part and each app may import only the
-parts listed for it in `MAY_USE`: every app may use the runtime, the gateway, the staff tools and
-the platform; `streams` reads `accounts`; no app imports `streams` to publish; `accounts` never
-imports an app above it; only the dashboard, the stack runner and the wiring see every app. Around
+parts listed for it in `MAY_USE`, which is the edges the code has (no allowance goes unused) and
+docs/architecture.md's table: the apps use the low parts (runtime, gateway, staff tools, platform)
+and `accounts`; the one edge between the other apps is subaccounts -> wallet; no app imports
+`streams` to publish; only the dashboard and the wiring see every app (the stack runner imports no
+app, only the gateway's replay-memory keys). Around
 the apps sit the operator tools
 (`scripts/`), the benchmarks (`bench/`) and the tests (`tests/`): they may use every app, no app
 uses them, and of the three only the tests use the other two. This test parses every module of the
@@ -23,6 +25,7 @@ No Django, no database: it reads source files only.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,21 +53,24 @@ PARTS = {
     "exchange.dashboard": "dashboard",  # the back office's read side: dashboard, customer page, site
     "exchange.stack": "stack",  # the code that runs the stack (the one-harness step of issue 27)
 }
-# What each part or app may import besides itself (the harnesses: see _upward).
-_LOW = frozenset({"runtime", "gateway", "backoffice", "platform"})
+# What each part or app imports besides itself: exactly the edges the code has (a new edge is a
+# decision, made here and in docs/architecture.md's table, which tests below hold to this one; an
+# allowance no import uses any more fails too). The one edge between apps: subaccounts -> wallet.
 _APPS = frozenset({"accounts", "wallet", "convert", "subaccounts", "streams"})
 MAY_USE: dict[str, frozenset[str]] = {
     "runtime": frozenset(),
     "gateway": frozenset({"runtime"}),
-    "backoffice": frozenset({"runtime", "gateway"}),
+    "backoffice": frozenset({"gateway"}),
     "platform": frozenset({"runtime", "gateway", "backoffice"}),
-    "accounts": _LOW,
-    "wallet": _LOW | {"accounts", "convert", "subaccounts"},
-    "convert": _LOW | {"accounts", "wallet", "subaccounts"},
-    "subaccounts": _LOW | {"accounts", "wallet", "convert"},
-    "streams": _LOW | {"accounts"},
-    "dashboard": _LOW | _APPS,
-    "stack": frozenset({"runtime", "gateway"}),  # it drives the project as processes: no app
+    "accounts": frozenset({"runtime", "gateway", "backoffice"}),
+    "wallet": frozenset({"runtime", "gateway", "backoffice", "accounts"}),
+    "convert": frozenset({"runtime", "gateway", "backoffice", "platform", "accounts"}),
+    "subaccounts": frozenset({"runtime", "gateway", "accounts", "wallet"}),
+    "streams": frozenset({"runtime", "gateway", "accounts"}),
+    "dashboard": frozenset(
+        {"runtime", "gateway", "platform", "accounts", "wallet", "convert", "subaccounts", "streams"}
+    ),
+    "stack": frozenset({"gateway"}),  # it drives the project as processes: no app
 }
 
 # Imports allowed to close a cycle, as (importer, imported). It is empty and should stay so: a
@@ -379,3 +385,49 @@ def test_nothing_edits_sys_path():
         if isinstance(node, ast.Call) and _is_sys_path(node.func)
     ]
     assert not edits, "modules that edit sys.path:\n" + "\n".join(edits)
+
+
+def _part_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """part -> the other parts (and apps) its modules import, below the wiring and the harnesses."""
+    edges: dict[str, set[str]] = {}
+    for importer, deps in graph.items():
+        if _layer(importer) or _part(importer) == "wiring":
+            continue
+        for imported in deps:
+            src, dst = _part(importer), _part(imported)
+            if src != dst and not _layer(imported):
+                edges.setdefault(src, set()).add(dst)
+    return edges
+
+
+def test_every_allowance_is_an_import_the_code_has():
+    """MAY_USE is the picture of the real edges: an allowance nothing uses is stale."""
+    edges = _part_edges(_graph())
+    stale = sorted((src, dst) for src, allowed in MAY_USE.items() for dst in allowed if dst not in edges.get(src, ()))
+    assert not stale, f"MAY_USE allows imports no module makes (remove them): {stale}"
+
+
+def test_the_only_edge_between_the_apps_besides_accounts_is_subaccounts_to_wallet():
+    edges = _part_edges(_graph())
+    between = sorted(
+        (src, dst) for src in _APPS for dst in edges.get(src, ()) if dst in _APPS and "accounts" not in (src, dst)
+    )
+    assert between == [("subaccounts", "wallet")]
+
+
+def _documented_edges() -> dict[str, frozenset[str]]:
+    """docs/architecture.md's table "| `part` | imports |": part -> the parts its row names."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc.split("<!-- MAY_USE -->")[1]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = frozenset(re.findall(r"`([a-z]+)`", cells[1]))
+        elif rows and not line.startswith("|"):
+            break
+    return rows
+
+
+def test_the_architecture_docs_table_is_may_use():
+    assert _documented_edges() == MAY_USE

@@ -165,21 +165,27 @@ def test_the_secret_is_shown_on_the_creation_page_only():
     api_key = ApiKey.objects.get(name="once")
     ApiKeyFactory(user=alice, name="another")
 
-    pages = [
-        reverse("admin:accounts_apikey_changelist"),
-        reverse("admin:accounts_apikey_changelist") + f"?q={api_key.key}",
-        reverse("admin:accounts_apikey_change", args=[api_key.pk]),
-        reverse("admin:accounts_apikey_history", args=[api_key.pk]),
-        reverse("admin:accounts_apikey_delete", args=[api_key.pk]),
-        reverse("admin:accounts_user_change", args=[alice.pk]),
-        reverse("admin:exchange_staffaction_changelist"),
-        reverse("admin:exchange_staffaction_change", args=[StaffAction.objects.get(action="api_key.create").pk]),
-        reverse("admin:index"),
-    ]
-    for url in pages:
+    # Every page that shows the key, its owner or its creation, rendered for an Administrator (200,
+    # and showing what proves it is that page: a refusal would hold no secret by accident).
+    creation = StaffAction.objects.get(action="api_key.create")
+    pages = {
+        reverse("admin:accounts_apikey_changelist"): f"{api_key.key[:12]}…",
+        reverse("admin:accounts_apikey_changelist") + f"?q={api_key.key}": f"{api_key.key[:12]}…",
+        reverse("admin:accounts_apikey_change", args=[api_key.pk]): f"once ({api_key.key[:8]}…)",
+        reverse("admin:accounts_apikey_history", args=[api_key.pk]): "once",
+        reverse("admin:accounts_user_change", args=[alice.pk]): alice.email,
+        reverse("admin:exchange_staffaction_changelist"): "api_key.create",
+        reverse("admin:exchange_staffaction_change", args=[creation.pk]): api_key.key,
+        reverse("admin:index"): "<title>Operations dashboard",
+    }
+    for url, shown in pages.items():
         response = client.get(url)
-        assert response.status_code in (200, 403), (url, response.status_code)
-        assert secret not in response.content.decode(), url
+        page = response.content.decode()
+        assert response.status_code == 200, (url, response.status_code)
+        assert shown in page, (url, shown)
+        assert secret not in page, url
+    # A key is never deleted (disabled instead): its delete page is refused, secret or not.
+    assert client.get(reverse("admin:accounts_apikey_delete", args=[api_key.pk])).status_code == 403
     # Changing the key shows the secret no more than viewing it.
     changed = client.post(
         reverse("admin:accounts_apikey_change", args=[api_key.pk]),

@@ -35,9 +35,9 @@ def test_every_document_states_the_configured_connections_per_listen_key():
         r"(?i)connections per listenKey \((\d+)"  # security.md, M4
         r"|more than (\d+) connections on one listenKey"  # security.md, threat model
         r"|`STREAM_MAX_CONNECTIONS_PER_KEY` \| (\d+) \|"  # streams.md, settings table
-        r"|`STREAM_MAX_CONNECTIONS_PER_KEY` / `STREAM_MAX_CONNECTIONS_PER_IP` \| `(\d+)`"  # README, settings
+        r"|`STREAM_MAX_CONNECTIONS_PER_KEY` / `STREAM_MAX_CONNECTIONS_PER_IP` \| `(\d+)`"  # configuration.md
     )
-    assert {document for document, _ in statements} >= {"security.md", "streams.md", "README.md"}
+    assert {document for document, _ in statements} >= {"security.md", "streams.md", "configuration.md"}
     expected = settings.STREAM_MAX_CONNECTIONS_PER_KEY
     wrong = [(document, number) for document, number in statements if number != expected]
     assert not wrong, f"documents stating another bound than {expected}: {wrong}"

@@ -1,23 +1,35 @@
-"""The lab's application hosts (docs/scaling.md) as configuration, without the lab (it needs root and
-namespaces: `python -m exchange.stack.lab hostfault` runs it): HAProxy checks every backend and keeps
-websockets past Daphne's pings, each host runs the stack's programs on its own address, the beats run
-RedBeat and wait to be started in turn; RedBeat's settings through Sentinel."""
+"""The lab's application hosts (docs/scaling.md) without the lab (it needs root and namespaces:
+`python -m exchange.stack.lab hostfault` runs it): the lab's and the app hosts' supervisord for real
+over stand-in programs (a killed app-host program started again, its beat left for the lab to start,
+a killed lab program left down), with the configuration their `start` writes; the rest is the
+configuration's text and settings, named as such (HAProxy running that configuration:
+tests/stack/test_lab_haproxy.py); the rolling restart's drain on a stand-in stats socket; hostfault's
+and the lab simulation's judgements."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import xmlrpc.client
+from pathlib import Path
 
 import pytest
 
-from exchange.stack.lab import apphosts, topology
+from exchange.stack.lab import apphosts, cluster, topology
 from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT
-from exchange.stack.supervisor import supervisord_conf
+from exchange.stack.programs import Program
+from tests.support.waiting import wait_until
 
 
-def test_haproxy_checks_both_backends_of_every_host_and_keeps_websockets_open():
+def test_haproxy_configuration_checks_every_host_in_both_backends_and_tunnels_websockets_an_hour():
+    """The configuration's text (HAProxy taking a host whose ping fails out of both backends, for real:
+    tests/stack/test_lab_haproxy.py)."""
     cfg = apphosts.haproxy_cfg(18000, APP_HOSTS)
     assert cfg.count("http-check send meth GET uri /openapi/v1/ping") == 2
     for host in APP_HOSTS:
@@ -29,7 +41,7 @@ def test_haproxy_checks_both_backends_of_every_host_and_keeps_websockets_open():
     assert "http-request set-header X-Forwarded-For %[src]" in cfg
 
 
-def test_each_host_runs_the_stack_programs_on_its_address_and_beats_wait_their_turn():
+def test_each_hosts_programs_are_the_stacks_in_its_namespace_on_its_address_with_a_redbeat_beat():
     progs = apphosts.host_programs(APP_HOSTS[1], {})
     names = [p.name for p in progs]
     assert names == ["rest-app2", "ws-app2", "worker-app2", "beat-app2"]
@@ -38,11 +50,75 @@ def test_each_host_runs_the_stack_programs_on_its_address_and_beats_wait_their_t
     assert rest.args[rest.args.index("--host") + 1] == APP_HOSTS[1].address
     assert ws.args[ws.args.index("-b") + 1] == APP_HOSTS[1].address
     assert beat.env["CELERY_BEAT_SCHEDULER"] == "redbeat.RedBeatScheduler"
-    sup = apphosts.AppSupervisor(progs, {}, apphosts.RUN_DIR)
-    conf = sup.conf_text(supervisord_conf(progs, apphosts.RUN_DIR))
-    beat_section = conf.split("[program:beat-app2]")[1]
-    assert "autostart=false" in beat_section
-    assert "autostart=true" in conf.split("[program:rest-app2]")[1].split("[program:")[0]
+
+
+# --- the supervisords, for real: the lab's and the app hosts' configurations over stand-in programs -----
+
+
+def _stand_ins() -> list[Program]:
+    """An app host's programs by name, each a process that waits (the namespaces need the lab)."""
+    waits = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    return [Program(f"{name}-appx", waits) for name in apphosts.PROGRAMS]
+
+
+def _state(sup, name: str) -> tuple[str, int]:
+    """supervisord's state and pid of program `name` (("", 0) while supervisord does not answer)."""
+    try:
+        info = sup.rpc().getProcessInfo(name)
+    except (OSError, xmlrpc.client.Fault):
+        return "", 0
+    return info["statename"], int(info["pid"])
+
+
+@contextlib.contextmanager
+def _supervised(cls):
+    """`cls` (the lab's or the app hosts' supervisor) started over the stand-ins with the very
+    configuration its start writes, in a directory of its own (a unix socket's path must be short);
+    stopped at the end."""
+    run_dir = Path(tempfile.mkdtemp(prefix="sup-"))
+    sup = cls(_stand_ins(), dict(os.environ), run_dir)
+    sup.start()
+    try:
+        wait_until(lambda: _state(sup, "rest-appx")[0] == "RUNNING", what="rest-appx running")
+        yield sup
+    finally:
+        sup.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def test_the_app_hosts_supervisord_restarts_a_program_that_dies_and_leaves_the_beat_to_be_started():
+    """Simulation seed 1 on the lab: both beats exited at a Redis failover and, left down (the lab's
+    `autorestart=false`), no periodic job ran again (deposits never credited). The app hosts'
+    supervisord starts a killed program again; their beats wait to be started in turn."""
+    with _supervised(apphosts.AppSupervisor) as sup:
+        assert sup.conf.read_text() == sup.configuration()
+        for name in ("ws-appx", "worker-appx"):
+            wait_until(lambda name=name: _state(sup, name)[0] == "RUNNING", what=f"{name} running")
+        assert _state(sup, "beat-appx") == ("STOPPED", 0)  # not started with the others
+        for name in ("rest-appx", "worker-appx"):
+            _, pid = _state(sup, name)
+            os.kill(pid, signal.SIGKILL)
+            wait_until(
+                lambda name=name, pid=pid: _state(sup, name)[0] == "RUNNING" and _state(sup, name)[1] != pid,
+                what=f"{name} started again",
+            )
+        sup.rpc().startProcess("beat-appx")
+        assert _state(sup, "beat-appx")[0] == "RUNNING"
+
+
+def test_the_labs_supervisord_leaves_a_killed_host_down():
+    """A lab host that dies stays down, as a machine would, until a fault brings it back. supervisord
+    restarts an EXITED program at its next pass over its programs; each RPC is answered in a pass, so
+    EXITED seen again after another RPC is a program it did not restart."""
+    with _supervised(cluster.LabSupervisor) as sup:
+        _, pid = _state(sup, "rest-appx")
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: _state(sup, "rest-appx")[0] == "EXITED", what="rest-appx exited")
+        sup.rpc().getState()
+        assert _state(sup, "rest-appx") == ("EXITED", 0)
+        assert sup.restarts()["rest-appx"] == 0
+        sup.rpc().startProcess("rest-appx")  # what a fault's `start(name)` does
+        assert _state(sup, "rest-appx")[0] == "RUNNING"
 
 
 _DUMP = """
@@ -79,7 +155,7 @@ def test_redbeat_through_sentinel_and_the_default_beat_unchanged():
     assert red["CELERY_BEAT_MAX_LOOP_INTERVAL"] * 5 <= red["CELERY_REDBEAT_LOCK_TIMEOUT"]
 
 
-def test_the_hosts_trust_haproxys_own_source_address_only():
+def test_haproxy_configuration_sets_its_own_source_address_and_the_hosts_trust_only_it():
     """HAProxy dials the hosts from an address of its own; the machine's other processes (the bridge's
     primary address) reaching a host directly are not believed when they send X-Forwarded-For."""
     from exchange.stack.lab.topology import GATEWAY, PROXY_ADDRESS
@@ -257,22 +333,21 @@ def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_l
     assert "s28-u48" not in broken
 
 
-def test_the_app_hosts_restart_a_program_that_dies_and_haproxy_waits_for_a_slow_ping(tmp_path, monkeypatch):
-    """Simulation seed 1 on the lab: both beats exited at a Redis failover and, left down (the lab's
-    `autorestart=false`), no periodic job ran again (deposits never credited); and during a PostgreSQL
-    failover the hosts' pings took > 1 s, HAProxy marked both down and answered its own 503 and 502."""
-    monkeypatch.setattr(apphosts, "RUN_DIR", tmp_path)  # not the lab's own directory (a lab may run)
+def test_the_app_hosts_configuration_is_the_one_start_writes_with_every_program_restarted():
     env = apphosts.app_env({"DATABASE_URL": "postgres://u:p@h/db", "REDIS_URL": "redis://h/0"})
-    sup = apphosts.supervisor(env, 18000)
-    text = supervisord_conf(sup.programs, sup.run_dir).replace(
-        "autorestart=true\nstartsecs=1", "autorestart=false\nstartsecs=1"
-    )  # what LabSupervisor.start writes before conf_text
-    text = sup.conf_text(text)
+    with tempfile.TemporaryDirectory(prefix="apps-") as run_dir:
+        sup = apphosts.AppSupervisor([p for h in APP_HOSTS for p in apphosts.host_programs(h, env)], env, Path(run_dir))
+        text = sup.configuration()  # what start() writes (cluster.LabSupervisor.configuration)
     sections = {block.split("]")[0]: block for block in text.split("\n[")}
     for host in APP_HOSTS:
         for name in apphosts.PROGRAMS:
             assert "autorestart=true" in sections[f"program:{name}-{host.name}"], name
         assert "autostart=false" in sections[f"program:beat-{host.name}"]
+
+
+def test_haproxy_configuration_gives_a_slow_ping_longer_than_libpq_may_wait():
+    """During a PostgreSQL failover the hosts' pings took > 1 s, HAProxy marked both down and answered
+    its own 503 and 502 (a ping slower than 2 s kept UP, for real: tests/stack/test_lab_haproxy.py)."""
     cfg = apphosts.haproxy_cfg(18000, APP_HOSTS)
     assert f"timeout check {apphosts.CHECK_TIMEOUT_SECONDS}s" in cfg
     # above what libpq may spend on the lab's three hosts (connect_timeout=2 each)

@@ -14,8 +14,10 @@ import json
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -179,3 +181,86 @@ def test_a_client_too_slow_with_its_headers_is_answered_408(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+# --- HAProxy's checks, for real: two stand-in app hosts on loopback addresses of their own -----------
+
+
+class _Host(http.server.BaseHTTPRequestHandler):
+    """An app host's REST and Daphne stand-in: its ping answers per `server.ping` ("ok", "fail": 500,
+    "slow": 200 after SLOW_PING_SECONDS) and counts `server.slow_pings`; anything else is its name."""
+
+    def do_GET(self):
+        status, body = 200, self.server.name
+        if self.path.startswith("/openapi/v1/ping"):
+            if self.server.ping == "fail":
+                status = 500
+            elif self.server.ping == "slow":
+                time.sleep(SLOW_PING_SECONDS)
+                self.server.slow_pings += 1
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+# Slower than HAProxy's default check timeout and libpq's 2 s per database host; within the lab's.
+SLOW_PING_SECONDS = 3
+
+
+def _stand_in(name: str, address: str, port: int) -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer((address, port), _Host)
+    server.name, server.ping, server.slow_pings = name, "ok", 0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_haproxy_takes_a_host_whose_ping_fails_out_of_both_backends_and_keeps_one_whose_ping_is_slow(monkeypatch):
+    from tests.support.waiting import wait_until
+
+    run = Path(tempfile.mkdtemp(prefix="hap-"))  # the stats socket's path must be short
+    monkeypatch.setattr(apphosts, "RUN_DIR", run)
+    hosts = [Host("app1", "127.0.0.4"), Host("app2", "127.0.0.5")]
+    rest_port, ws_port, port = free_port(), free_port(), free_port()
+    servers = {h.name: [_stand_in(h.name, h.address, p) for p in (rest_port, ws_port)] for h in hosts}
+    cfg = apphosts.write_haproxy(run, port, hosts, binds=(HOST,), rest_port=rest_port, ws_port=ws_port, source=HOST)
+    proc = subprocess.Popen([apphosts.haproxy_binary(), "-db", "-f", str(cfg)], stderr=subprocess.DEVNULL)  # noqa: S603
+
+    def statuses(host: Host) -> set[str]:
+        try:
+            return {row["status"] for row in apphosts.server_stats(host).values()}
+        except OSError:
+            return set()
+
+    def answered_by() -> set[str]:
+        return {_get(port, f"/who?{n}")[1].decode() for n in range(10)}
+
+    try:
+        for host in hosts:
+            wait_until(lambda host=host: statuses(host) == {"UP"}, what=f"{host.name} up in both backends")
+        assert answered_by() == {"app1", "app2"}
+
+        for server in servers["app1"]:
+            server.ping = "fail"
+        wait_until(lambda: statuses(hosts[0]) == {"DOWN"}, what="app1 down in both backends")
+        assert statuses(hosts[1]) == {"UP"}
+        assert answered_by() == {"app2"}
+        assert _get(port, "/openapi/ws/who")[1] == b"app2"
+
+        for server in servers["app1"]:
+            server.ping = "slow"
+        wait_until(lambda: statuses(hosts[0]) == {"UP"}, timeout=60, what="app1 up again on slow pings")
+        seen = servers["app1"][0].slow_pings
+        wait_until(lambda: servers["app1"][0].slow_pings >= seen + 2, timeout=60, what="two more slow pings")
+        assert statuses(hosts[0]) == {"UP"}  # a slow ping is a busy host, not a dead one
+        assert answered_by() == {"app1", "app2"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        for pair in servers.values():
+            for server in pair:
+                server.shutdown()
+        shutil.rmtree(run, ignore_errors=True)

@@ -61,12 +61,16 @@ class LabSupervisor(Supervisor):
     def conf_text(self, text: str) -> str:
         return text
 
-    def start(self, timeout: float = 120.0) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+    def configuration(self) -> str:
+        """The supervisord.conf `start` writes: the stack's, its programs not restarted, then `conf_text`."""
         text = supervisord_conf(self.programs, self.run_dir).replace(
             "autorestart=true\nstartsecs=1", "autorestart=false\nstartsecs=1"
         )
-        self.conf.write_text(self.conf_text(text))
+        return self.conf_text(text)
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.conf.write_text(self.configuration())
         out = (self.run_dir / "lab.log").open("ab")
         with out:
             self.proc = subprocess.Popen(  # noqa: S603 - supervisord on our own configuration
