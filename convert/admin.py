@@ -17,7 +17,7 @@ from django.utils import timezone
 from accounts import ledger
 from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
-from convert import prices, selectors, services
+from convert import controls, prices, selectors, services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
 from exchange.backoffice.services import staff_action
 from exchange.backoffice.toolkit import GuardedChangeAdmin, ReasonActionForm, submit_to_each
@@ -40,12 +40,34 @@ class TopUpForm(forms.Form):
 class AssetPriceAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     """One price per asset in the numeraire (CONVERT_NUMERAIRE). Setting the anchor moves the price
     there at once; the price source then walks it around. Every change needs a reason (audited); an
-    anchor moved by more than 1% waits for a second Administrator (convert/controls.py)."""
+    anchor moved, by anyone alone, more than 1% from its reference within 24 h waits for a second
+    Administrator (convert/controls.py)."""
 
     list_display = ("__str__", "anchor_price", "price", "price_updated_at", "walk_step_bps", "walk_band_bps")
     list_select_related = ("asset",)
-    fields = ("asset", "anchor_price", "walk_step_bps", "walk_band_bps", "reason", "price", "price_updated_at")
-    readonly_fields = ("price", "price_updated_at")
+    fields = (
+        "asset",
+        "anchor_price",
+        "walk_step_bps",
+        "walk_band_bps",
+        "reason",
+        "price",
+        "price_updated_at",
+        "moved_alone",
+    )
+    readonly_fields = ("price", "price_updated_at", "moved_alone")
+
+    @admin.display(description="anchor moved alone (24 h)")
+    def moved_alone(self, obj: AssetPrice) -> str:
+        if obj is None or obj.pk is None:
+            return "-"
+        budget = controls.anchor_budget(obj)
+        if not budget.readable:
+            return "history unreadable: every move waits for a second Administrator"
+        return (
+            f"{budget.moved_alone.normalize():f} of {budget.limit.normalize():f} from the reference "
+            f"{budget.reference.normalize():f}; a move beyond that waits for a second Administrator"
+        )
 
     def save_model(self, request, obj, form, change):
         if not change:  # a new asset's price starts at its anchor, confirmed now

@@ -6,7 +6,6 @@ timing, parameters, rate limits) keep the `{code, msg}` form of every endpoint."
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 from rest_framework.response import Response
@@ -14,7 +13,7 @@ from rest_framework.response import Response
 from accounts.models import ApiKeyType
 from convert import presenters, selectors, services
 from convert.models import OrderStatus
-from exchange.api import envelope
+from exchange.api import envelope, jsontext
 from exchange.api.auth import Security, server_time_ms
 from exchange.api.errors import ParameterInvalid
 from exchange.api.params import Param, ParamSpec, check_skip
@@ -157,17 +156,20 @@ class OrderHistoryApi(ConvertApi):
         return Response(envelope.success([presenters.order_json(o) for o in page.orders], total=page.total))
 
 
-# At most this many symbols in one `symbols` filter (the service lists a few markets).
+# At most this many symbols in one `symbols` filter (the service lists a few markets), in this many
+# characters (bounded before the text is parsed: exchange/api/jsontext.py).
 MAX_SYMBOLS = 100
+MAX_SYMBOLS_CHARS = 4000
 
 
 def _symbols_filter(text: str) -> list[str]:
     """`symbols` as the real service takes it: a JSON array of symbol names, sent with its brackets
     percent-encoded (`symbols=%5B"BTCPHP","ETHUSDT"%5D`)."""
     try:
-        names = json.loads(text)
-    except ValueError:
-        raise ParameterInvalid("symbols", 'a JSON array of symbols, e.g. ["BTCPHP","ETHUSDT"]') from None
+        names = jsontext.loads(text, max_chars=MAX_SYMBOLS_CHARS)
+    except jsontext.JsonRefused as exc:
+        why = 'a JSON array of symbols, e.g. ["BTCPHP","ETHUSDT"]' if str(exc) == "not JSON" else str(exc)
+        raise ParameterInvalid("symbols", why) from None
     if not isinstance(names, list) or not names or not all(isinstance(name, str) and name for name in names):
         raise ParameterInvalid("symbols", 'a JSON array of symbols, e.g. ["BTCPHP","ETHUSDT"]')
     if len(names) > MAX_SYMBOLS:
@@ -189,7 +191,7 @@ class ExchangeInfoApi(GatewayApi):
             Param("symbol", max_length=32, description="One symbol, e.g. BTCPHP (any case)."),
             Param(
                 "symbols",
-                max_length=4000,
+                max_length=MAX_SYMBOLS_CHARS,
                 description='A JSON array of symbols, brackets percent-encoded: %5B"BTCPHP","ETHUSDT"%5D.',
             ),
         ),

@@ -2,6 +2,8 @@
 and HTTP status it answers (exchange/api/errors.py; the table in docs/api.md), so a client sees the
 spec's codes and a reader or a test can name the refusal."""
 
+from __future__ import annotations
+
 from exchange.api.errors import BadRequest, InvalidParameter, ParameterInvalid, UserNotFound
 
 
@@ -74,6 +76,15 @@ class DuplicateWithdrawOrderId(BadRequest):
 
 
 class DuplicateClientTransferId(BadRequest):
-    """A client_transfer_id the sender has used before."""
+    """A client_transfer_id the sender has used before (docs/api.md, "Transfers"): the same answer
+    whoever the target address belongs to, naming the sender's own transfer that used it."""
 
     message = "Duplicate client_transfer_id: it was already used on this account."
+
+    @classmethod
+    def of(cls, transfer_id: int, *, same_request: bool) -> DuplicateClientTransferId:
+        if same_request:
+            why = f"this transfer was already made (id {transfer_id}); nothing moved again."
+        else:
+            why = f"it was already used on this account by transfer {transfer_id}."
+        return cls(msg=f"Duplicate client_transfer_id: {why}")

@@ -10,7 +10,6 @@ an amount, and one the columns cannot hold is refused here, before anything is r
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,6 +17,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import parse_qsl
 
+from django.conf import settings
+
+from exchange.api import jsontext
 from exchange.api.errors import (
     BadRequest,
     ConflictParameter,
@@ -91,10 +93,11 @@ def body_pairs_from(content_type: str, body: bytes) -> tuple[str, list[tuple[str
         return text, split_pairs(text)
     if media_type == "application/json":
         try:
-            # Numbers stay text: an amount must never pass through float.
-            data = json.loads(text, parse_float=str, parse_int=str)
-        except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser's stack
-            raise BadRequest(msg="Malformed JSON body.") from exc
+            # Numbers stay text: an amount must never pass through float. Size and depth are
+            # bounded before parsing (exchange/api/jsontext.py).
+            data = jsontext.loads(text, max_chars=settings.API_MAX_BODY_BYTES, parse_float=str, parse_int=str)
+        except jsontext.JsonRefused as exc:
+            raise BadRequest(msg=f"Malformed JSON body: {exc}.") from exc
         if not isinstance(data, dict) or any(isinstance(v, dict | list) for v in data.values()):
             raise BadRequest(msg="A JSON body must be an object of scalar values.")
         return text, [(str(k), _json_scalar(v)) for k, v in data.items()]

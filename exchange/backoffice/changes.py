@@ -18,9 +18,10 @@ when proposed and again, under the row's lock, when approved. An approval is ref
 object's values have moved since the proposal (the approver approves exactly what happens).
 
 How a field loosens: LOWER (lowering it loosens), HIGHER (raising it loosens), ON (turning it on
-loosens), ANY (every change loosens), AUDITED (any change applies at once, audited), or a function
+loosens), ANY (every change loosens), AUDITED (any change applies at once, audited), a function
 of (old, new) for a rule of its own, e.g. `moved_more_than_bps(50)` for a price that staff may nudge
-alone but not move far.
+alone but not move far, or `OfRow(check)` for a rule that needs the locked row too (its history: e.g.
+convert/controls.py bounds what an anchor may move alone over 24 hours, whoever moves it).
 """
 
 from __future__ import annotations
@@ -49,6 +50,15 @@ class ChangeRefused(ValueError):
 
 
 @dataclass(frozen=True)
+class OfRow:
+    """A field's rule that needs the row, not only the old and new values: `check(row, old, new)`
+    is called with the row locked (select_for_update) by change_submit, so two staff members
+    changing the same row are judged one after the other, each seeing what the other did."""
+
+    check: Callable[[models.Model, object, object], bool]
+
+
+@dataclass(frozen=True)
 class Guarded:
     model: type[models.Model]
     action: str  # the audit trail's prefix, e.g. "asset": asset.change, asset.propose, asset.approve
@@ -74,7 +84,7 @@ def guard(
     Called by the owning app when it is ready; a field not declared cannot be changed here."""
     for name, how in fields.items():
         model._meta.get_field(name)  # FieldDoesNotExist for a typo
-        if not callable(how) and how not in (LOWER, HIGHER, ON, ANY, AUDITED):
+        if not callable(how) and not isinstance(how, OfRow) and how not in (LOWER, HIGHER, ON, ANY, AUDITED):
             raise ValueError(f"{model._meta.label}.{name}: unknown rule {how!r}")
     _GUARDED[model._meta.label_lower] = Guarded(model, action, dict(fields), precondition, apply)
 
@@ -112,9 +122,12 @@ def _number(value) -> Decimal | None:
         return None
 
 
-def loosens(how: str, old, new) -> bool:
+def loosens(how: str | Callable | OfRow, old, new, *, row: models.Model | None = None) -> bool:
     """Whether changing a field from `old` to `new` loosens the control it is (see the module doc).
-    A value that cannot be compared counts as loosening (fail closed)."""
+    A value that cannot be compared counts as loosening (fail closed), and so does a rule of the row
+    (OfRow) asked without the row."""
+    if isinstance(how, OfRow):
+        return old != new if row is None else bool(how.check(row, old, new))
     if callable(how):
         return bool(how(old, new))
     if how == AUDITED:
@@ -196,7 +209,7 @@ def change_submit(*, actor, obj: models.Model, changes: dict, reason: str | None
         before = {name: _current(current, name) for name in diff}
         if spec.precondition is not None:
             spec.precondition(current, diff)
-        loose = [name for name, value in diff.items() if loosens(spec.fields[name], before[name], value)]
+        loose = [name for name, value in diff.items() if loosens(spec.fields[name], before[name], value, row=current)]
         if not loose:
             with staff_action(
                 actor=actor, action=f"{spec.action}.change", reason=reason, target=current, before=before

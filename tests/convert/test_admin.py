@@ -4,10 +4,12 @@ top-up that posts once however often the same form is sent; Support (read-only) 
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import User
@@ -15,7 +17,7 @@ from convert import services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
 from exchange.backoffice import changes
 from exchange.backoffice.models import ChangeRequest, ChangeStatus, StaffAction
-from tests.convert.helpers import free, shards
+from tests.convert.helpers import customer_price, free, ok, quote, shards
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.factories import customer
 from tests.support.staff import logged_in, staff_in
@@ -251,3 +253,86 @@ def test_a_customer_cannot_reach_the_liquidity_page(convert_world):
     response = logged_in(alice.user).get(LIQUIDITY_URL)
     assert response.status_code == 302  # to the admin login
     assert "/admin/login/" in response["Location"]
+
+
+# --- the anchor's bound over 24 hours (issue 34, finding 3) -----------------------------------------
+
+
+def _nudge(client, code: str, percent: str, reason: str):
+    """One staff edit of the anchor by +percent of the anchor now (as an operator typing it in)."""
+    row = AssetPrice.objects.get(asset__code=code)
+    wanted = (row.anchor_price * (1 + Decimal(percent) / 100)).quantize(Decimal(1))
+    response = _asset_price_change(client, row, anchor_price=str(wanted), reason=reason)
+    assert response.status_code == 302, response.content[:1000]
+    return wanted
+
+
+def _quoted_btc_php(alice) -> Decimal:
+    return Decimal(ok(quote(alice.client, "BTC", "PHP", source_amount="0.01"))["price"])
+
+
+def test_repeated_nudges_cannot_move_an_anchor_more_than_one_percent_alone(convert_world, operations):
+    """The finding's reproduction: five edits of +0.99% moved BTC 5.05% without a change request and
+    quotes followed. Now the first applies; the 2nd..5th would take the anchor more than 1% from
+    where it was 24 h ago, so each is only proposed, and quotes stay at the first."""
+    _, client = operations
+    alice = customer(funding={"BTC": "1"})
+    before = _quoted_btc_php(alice)
+    first = _nudge(client, "BTC", "0.99", "desk's price")
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == first == Decimal(5251480)
+    after_first = _quoted_btc_php(alice)
+    assert after_first == customer_price("BTC", "PHP") > before
+    for n in range(2, 6):
+        _nudge(client, "BTC", "0.99", f"desk's price {n}")
+        btc = AssetPrice.objects.get(asset__code="BTC")
+        assert (btc.anchor_price, btc.price) == (first, first)  # nothing moved
+        assert _quoted_btc_php(alice) == after_first  # quotes do not follow
+    waiting = ChangeRequest.objects.filter(status=ChangeStatus.PROPOSED, action="asset_price.change")
+    assert waiting.count() == 4
+    assert all(request.loosens == ["anchor_price"] for request in waiting)
+    assert StaffAction.objects.filter(action="asset_price.change").count() == 1
+    assert StaffAction.objects.filter(action="asset_price.propose").count() == 4
+    page = client.get(reverse("admin:convert_assetprice_change", args=[btc.pk]))
+    assert "51480 of 52000 from the reference 5200000" in page.content.decode()
+
+
+def test_several_administrators_in_turn_share_the_one_percent(convert_world, operations, make_user):
+    """The bound is on the value, not on the person: a second Administrator's nudge after the
+    first's is proposed too, and so is a nudge back (up and down again would repeat it)."""
+    _, first_admin = operations
+    second_admin = logged_in(staff_in(make_user, "Administrator"))
+    up = _nudge(first_admin, "BTC", "0.6", "desk's price")
+    _nudge(second_admin, "BTC", "0.6", "my desk's price")
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == up
+    _nudge(second_admin, "BTC", "-0.5", "back down")  # 0.6% + 0.5% moved alone in 24 h
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == up
+    assert ChangeRequest.objects.filter(status=ChangeStatus.PROPOSED).count() == 2
+    _nudge(second_admin, "BTC", "-0.3", "part way back")  # 0.9% in all: within the bound
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price < up
+
+
+def test_an_approved_anchor_is_the_new_reference(convert_world, operations, make_user):
+    """Four eyes reset the bound: after a second Administrator approves a value, staff may nudge
+    by 1% from it alone."""
+    _, client = operations
+    _nudge(client, "BTC", "0.99", "desk's price")
+    _nudge(client, "BTC", "3", "the market moved")
+    proposal = ChangeRequest.objects.get(status=ChangeStatus.PROPOSED)
+    admin2 = logged_in(staff_in(make_user, "Administrator"))
+    _decide(admin2, proposal.pk)
+    approved = AssetPrice.objects.get(asset__code="BTC").anchor_price
+    assert approved == Decimal(proposal.changes["anchor_price"])
+    nudged = _nudge(client, "BTC", "0.99", "desk's price")
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == nudged
+    _nudge(client, "BTC", "0.1", "and a little more")  # 1.09% from the approved value
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == nudged
+
+
+def test_moves_older_than_a_day_no_longer_count(convert_world, operations):
+    _, client = operations
+    first = _nudge(client, "BTC", "0.99", "desk's price")
+    _nudge(client, "BTC", "0.99", "again")
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == first
+    StaffAction.objects.filter(action="asset_price.change").update(created_at=timezone.now() - timedelta(hours=25))
+    second = _nudge(client, "BTC", "0.99", "a day later")
+    assert AssetPrice.objects.get(asset__code="BTC").anchor_price == second > first

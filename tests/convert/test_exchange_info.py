@@ -4,6 +4,7 @@ weight 10 to the IP, open (no key)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -80,3 +81,36 @@ def test_bad_filters_are_refused_with_the_envelope(client, convert_world, query,
 
 def test_only_get(client, convert_world):
     assert_error(client.post(INFO), -1010, 405)
+
+
+def _nothing_logged_as_an_error(caplog) -> None:
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not bad, [r.getMessage() for r in bad]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"symbols": "[" * 2600},  # issue 34, finding 5: a 500 and a logged RecursionError
+        "symbols=" + "[" * 3999,  # the longest `symbols` taken (raw: percent-encoded it is over 8 KiB)
+        {"symbols": "[" * 17 + '"BTCPHP"' + "]" * 17},  # well formed, one level too deep
+        {"symbols": '[{"a":' * 20},
+        "symbols=" + "[" * 2600,  # the brackets not percent-encoded
+    ],
+)
+def test_deeply_nested_symbols_are_invalid_not_a_500(client, convert_world, caplog, query):
+    """Unauthenticated: the JSON of `symbols` is measured before it is parsed (exchange/api/jsontext.py)."""
+    caplog.set_level(logging.INFO)
+    response = client.get(INFO, query) if isinstance(query, dict) else client.get(f"{INFO}?{query}")
+    assert_error(response, -1025, 400, "Parameter 'symbols' is not valid: nested deeper than 16 levels")
+    _nothing_logged_as_an_error(caplog)
+
+
+def test_brackets_inside_names_do_not_count_as_nesting(client, convert_world, caplog):
+    caplog.set_level(logging.INFO)
+    # in the JSON text: an escaped backslash, then an escaped quote, both inside the name
+    name = "BTC" + "[" * 1000 + '\\\\\\"' + "{" * 500 + "PHP"
+    response = client.get(INFO, {"symbols": '["BTCPHP","' + name + '"]'})
+    assert_error(response, -1025, 400, "no such symbol: BTC[[[")
+    assert _symbols(client.get(INFO, {"symbols": '["ETHUSDT"]'})) == ["ETHUSDT"]
+    _nothing_logged_as_an_error(caplog)

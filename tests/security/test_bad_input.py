@@ -4,12 +4,15 @@ text are bounded."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.test import Client
 
 from accounts.ledger.check import ledger_check
 from exchange.api.ratelimit import USED_WEIGHT_HEADER
 from tests.support.assertions import assert_error
+from tests.support.client import hmac_hex, now_ms
 from tests.support.factories import UserFactory, customer
 from wallet.models import Transfer
 
@@ -36,6 +39,29 @@ def test_deeply_nested_json_is_bad_input_and_charged(db):
     response = anonymous.generic("GET", PING, data="[" * 100_000, content_type="application/json")
     assert_error(response, -1010, 413)
     assert response[USED_WEIGHT_HEADER] == "3"
+
+
+def test_a_json_body_is_measured_before_it_is_parsed(client, caplog):
+    """Issue 34, finding 5: JSON a client sends is bounded in size and depth before the parser
+    sees it (exchange/api/jsontext.py); the answer is the body's usual -1010, nothing is logged as
+    an error and nothing moves."""
+    caplog.set_level(logging.INFO)
+    anonymous = Client()
+    response = anonymous.generic("GET", PING, data="[" * 2600, content_type="application/json")
+    assert_error(response, -1010, 400, "Malformed JSON body: nested deeper than 16 levels")
+    nested = "[" * 17 + "]" * 17
+    body = f'{{"account": "PHP", "target_address": "{PEER}", "amount": "1", "timestamp": {now_ms()}, "x": {nested}}}'
+    response = anonymous.generic(
+        "POST",
+        f"/openapi/transfer/v4/transfers?signature={hmac_hex(client.secret, body)}",
+        data=body,
+        content_type="application/json",
+        headers={"X-SERVICE-APIKEY": client.api_key},
+    )
+    assert_error(response, -1010, 400, "Malformed JSON body: nested deeper than 16 levels")
+    assert not Transfer.objects.exists()
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not bad, [r.getMessage() for r in bad]
 
 
 def test_any_failure_is_charged_and_a_banned_ip_stays_banned(db, settings, monkeypatch):

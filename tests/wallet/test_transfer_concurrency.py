@@ -22,7 +22,7 @@ from collections import Counter
 from decimal import Decimal
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from accounts import ledger
 from accounts.ledger.check import ledger_check
@@ -30,7 +30,9 @@ from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, BusinessType, Posting
 from accounts.models import Balance, LimitPeriod, LimitTier, SystemRole, TierLimit, User
 from exchange.api.errors import ExchangeError
+from tests.support.assertions import assert_error
 from tests.support.client import SignedClient, now_ms
+from tests.support.waiting import wait_until
 from wallet.models import Transfer, TransferFee
 from wallet.transfers import services
 
@@ -339,3 +341,81 @@ def test_concurrent_transfers_never_exceed_the_daily_limit(make_user, ring_asset
     assert free_of(users[0].pk) == Decimal(10_000 - 100)
     check = ledger_check()
     assert check.ok, check.problems
+
+
+def _waiting_on_a_lock() -> int:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_an_id_in_flight_answers_an_unknown_address_as_a_registered_one(make_user, make_key, ring_asset, settings):
+    """Issue 34, finding 7, at once: while the sender's transfer with an id is being posted (its
+    transaction holds the sender's ledger lock), a request with the same id to an unknown address
+    waits for it, as one to a registered address waits in its posting, and is refused as a
+    duplicate (-1010) like it, never -1151."""
+    settings.IP_WEIGHT_LIMIT_PER_MINUTE = settings.UID_WEIGHT_LIMIT_PER_MINUTE = 1_000_000
+    sender = make_user(email="inflight-sender@ring.test")
+    friend = make_user(email="inflight-friend@ring.test")
+    equity = ledger.system_account_id(SystemRole.EQUITY)
+    ledger.post(
+        legs=ledger.move(equity, sender.pk, ASSET, Decimal(100)), kind=BusinessType.DISTRIBUTION, reference="inflight"
+    )
+    api_key, secret = make_key(sender)
+    posted, release = threading.Event(), threading.Event()
+    answers: list = []
+
+    def first() -> None:
+        try:
+            with transaction.atomic():  # the posting's lock is held until this commits
+                services.transfer_create(
+                    sender=User.objects.get(pk=sender.pk),
+                    asset_code=ASSET,
+                    target_address=friend.email,
+                    amount=Decimal(5),
+                    client_transfer_id="in-flight",
+                )
+                posted.set()
+                release.wait(DEADLINE_SECONDS)
+        finally:
+            connections.close_all()
+
+    def probe() -> None:
+        try:
+            answers.append(
+                SignedClient(api_key.key, secret).post(
+                    "/openapi/transfer/v4/transfers",
+                    {
+                        "account": ASSET,
+                        "target_address": "nobody-at-all@ring.test",
+                        "amount": "5",
+                        "client_transfer_id": "in-flight",
+                    },
+                )
+            )
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=first)]
+    pool[0].start()
+    try:
+        wait_until(posted.is_set, what="the first transfer posted, not committed")
+        pool.append(threading.Thread(target=probe))
+        pool[1].start()
+        wait_until(lambda: answers or _waiting_on_a_lock(), what="the probe answered or waiting on the lock")
+    finally:
+        release.set()
+        for thread in pool:
+            thread.join(DEADLINE_SECONDS)
+    assert not any(thread.is_alive() for thread in pool)
+    transfer = Transfer.objects.get(sender=sender, client_transfer_id="in-flight")
+    assert_error(
+        answers[0],
+        -1010,
+        400,
+        f"Duplicate client_transfer_id: it was already used on this account by transfer {transfer.pk}.",
+    )
+    assert free_of(sender.pk) == Decimal(95)
+    assert ledger_check().ok

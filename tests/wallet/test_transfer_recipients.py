@@ -110,6 +110,73 @@ def test_a_good_request_to_an_unknown_address_is_the_one_refused_with_1151(sende
     assert_ledger_balanced()
 
 
+# --- issue 34, finding 7: a reused client_transfer_id says nothing about the address ----------------
+
+
+@pytest.fixture
+def used_id(sender, php, create_path):
+    """The sender's transfer to a friend, with client_transfer_id "used-1": the id an attacker reuses."""
+    friend = customer()
+    response = sender.client.post(
+        create_path,
+        {"account": "PHP", "target_address": friend.user.email, "amount": "10", "client_transfer_id": "used-1"},
+    )
+    assert response.status_code == 200, response.content
+    return response.json()["transfer"]["id"]
+
+
+@pytest.mark.parametrize("amount", ["5", "90.01"])  # within the balance (90 left) and over it
+def test_a_reused_client_transfer_id_is_refused_alike_for_a_registered_and_an_unknown_address(
+    sender, registered, create_path, used_id, amount
+):
+    """Issue 34, finding 7: with an id already used, a registered address answered -1010 Duplicate
+    and an unknown one -1151, a free probe of who is registered. The answers are now the same."""
+    known, unknown = _both(sender, create_path, registered.user.email, amount=amount, client_transfer_id="used-1")
+    known_phone, malformed = (
+        _answer(
+            sender.client.post(
+                create_path,
+                {"account": "PHP", "target_address": address, "amount": amount, "client_transfer_id": "used-1"},
+            )
+        )
+        for address in (registered.user.phone, "not-an-address")
+    )
+    assert known == unknown == known_phone == malformed
+    if amount == "5":
+        assert known == (
+            400,
+            -1010,
+            f"Duplicate client_transfer_id: it was already used on this account by transfer {used_id}.",
+        )
+    else:  # the balance first, for both, as a posting would refuse it
+        assert known == (400, -1131, "Balance insufficient.")
+    assert Transfer.objects.count() == 1
+    assert_balance(sender.user, "PHP", "90")
+    assert_balance(registered.user, "PHP", "0")
+    assert_ledger_balanced()
+
+
+def test_an_honest_retry_is_told_its_transfer_was_made(sender, create_path, used_id):
+    """A client that lost the answer and sends the same request again (same id, asset, amount and
+    address) learns that the transfer it asked for was made, and which one; nothing moves again."""
+    friend_email = Transfer.objects.get(pk=used_id).target_address
+    again = {"account": "PHP", "target_address": friend_email, "amount": "10", "client_transfer_id": "used-1"}
+    for path in (V4, V3):  # v4 and v3 share the id space
+        response = sender.client.post(path, again)
+        assert_error(
+            response,
+            -1010,
+            400,
+            msg_contains=f"Duplicate client_transfer_id: this transfer was already made (id {used_id}); nothing moved",
+        )
+    found = sender.client.get(V3, {"client_transfer_id": "used-1", "recvWindow": 5000})
+    assert found.status_code == 200, found.content
+    got = found.json()
+    assert [t["id"] for t in got.get("transfers") or [got.get("transfer")]] == [used_id]
+    assert_balance(sender.user, "PHP", "90")
+    assert Transfer.objects.count() == 1
+
+
 # --- finding 4: a virtual sub-account is reached from inside its family only ----------------------
 
 CREATE = "/openapi/v1/sub-account/create"

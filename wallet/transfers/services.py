@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import NoReturn
 
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from accounts import ledger, limits, policy
 from accounts.ledger.errors import InsufficientBalance
-from accounts.ledger.models import Asset, Balance, BusinessType, Entry, Posting
+from accounts.ledger.models import Asset, Balance, BusinessType, Entry, LedgerAccount, Posting
 from accounts.models import SystemRole, User
 from accounts.selectors import UserRef, transfer_parties
 from exchange.backoffice.services import require_reason, staff_action, summary
@@ -54,18 +55,58 @@ def _reachable(recipient: UserRef | None, sender: User) -> bool:
     return True
 
 
-def _refuse_unreachable(sender: User, asset: Asset, total: Decimal) -> NoReturn:
+@dataclass(frozen=True)
+class _Request:
+    """What a transfer request asked, as sent: what a repeat of its client_transfer_id is compared with."""
+
+    asset: Asset
+    target_address: str
+    amount: Decimal
+    client_transfer_id: str | None
+
+
+def _duplicate(sender: User, request: _Request) -> errors.DuplicateClientTransferId:
+    """The refusal of a client_transfer_id the sender has used (-1010), naming the transfer that used
+    it, and saying whether this request is that one again (the same asset, amount and address text:
+    an honest client's retry after a lost answer) or another one. It compares the request with the
+    sender's own transfer only, never looks the address up: the answer is the same whoever the
+    address belongs to (issue 34, finding 7)."""
+    found = (
+        Transfer.objects.filter(sender_id=sender.pk, client_transfer_id=request.client_transfer_id)
+        .values_list("id", "asset_id", "amount", "target_address")
+        .first()
+    )
+    if found is None:
+        return errors.DuplicateClientTransferId()
+    transfer_id, asset_id, amount, target_address = found
+    same = (asset_id, amount, target_address) == (request.asset.pk, request.amount, request.target_address)
+    return errors.DuplicateClientTransferId.of(transfer_id, same_request=same)
+
+
+def _refuse_unreachable(sender: User, request: _Request, total: Decimal) -> NoReturn:
     """Refuse a transfer to an address no transfer may reach with the answer a reachable address
-    would get for the same request: the sender's limit (-1010) and balance (-1131) refusals come
-    first, in the ledger's order (guard, then the debit), and only then -1151. Otherwise an amount
-    over the sender's balance or limit would probe which addresses are registered for free. Only
-    this refusal path reads the balance; a transfer that goes ahead is checked by the posting."""
+    would get for the same request, in the ledger's order: the sender's limit (-1010, the posting's
+    guard), its balance (-1131, the debit), a client_transfer_id already used (-1010 Duplicate, the
+    posting's unique reference), and only then -1151. Otherwise an amount over the sender's balance
+    or limit, or a reused client_transfer_id (issue 34, finding 7), would probe which addresses are
+    registered for free. Only this refusal path reads the balance; a transfer that goes ahead is
+    checked by the posting."""
+    asset = request.asset
     refused = limits.outflow_refusal(sender, asset, total, withdrawal=False)
     if refused:
         raise errors.LimitExceeded(*refused)
     free = Balance.objects.filter(account_id=sender.pk, asset_id=asset.pk).values_list("free", flat=True).first()
     if (free or Decimal(0)) < total:
         raise InsufficientBalance()
+    if request.client_transfer_id is not None:
+        # Under the sender's ledger lock, the one every posting takes first: a transfer of this
+        # sender in flight with the same id commits (and is seen) before this answers, just as a
+        # reachable address's posting would wait for it and fail on the unique reference.
+        with transaction.atomic():
+            list(LedgerAccount.objects.select_for_update().filter(user_id=sender.pk).values_list("user_id"))
+            used = Transfer.objects.filter(sender_id=sender.pk, client_transfer_id=request.client_transfer_id).exists()
+        if used:
+            raise _duplicate(sender, request)
     raise errors.RecipientNotFound()
 
 
@@ -96,13 +137,14 @@ def transfer_create(
     tier = limits.tier_for(sender)
     policy.require_priced(asset, valuation_currency=tier.currency if tier else None)
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
+    request = _Request(asset, target_address, amount, client_transfer_id)
     if "@" not in target_address and not _E164.fullmatch(target_address.strip()):
-        _refuse_unreachable(sender, asset, amount + fee)
+        _refuse_unreachable(sender, request, amount + fee)
     # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
     # check runs on them now, and again under the lock only if it refused or the seq has moved).
     recipient, snap = transfer_parties(sender_id=sender.pk, address=target_address)
     if not _reachable(recipient, sender):
-        _refuse_unreachable(sender, asset, amount + fee)
+        _refuse_unreachable(sender, request, amount + fee)
     if recipient.id == sender.pk:
         raise errors.TransferToSelf()
     legs = ledger.move(sender.pk, recipient.id, asset.code, amount)
@@ -153,7 +195,7 @@ def transfer_create(
         )
     except IntegrityError as exc:
         if client_transfer_id is not None:
-            raise errors.DuplicateClientTransferId() from exc
+            raise _duplicate(sender, request) from exc
         raise
     # The row as the posting's statement stored it (the columns it did not write are NULL), loaded
     # without a query.
