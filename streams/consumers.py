@@ -178,7 +178,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.refused_at = 0.0
         self.hub = hub_for(self.channel_layer)
         self.listener = Listener(
-            push=self._push, key_closed=self._key_closed, failed=self._failed, too_slow=self._too_slow
+            push=self._push, key_closed=self._key_closed, failed=self._failed, too_slow=self._too_slow, lag=self.lag
         )
         self.keys = self.listener.keys  # listenKey -> account, kept by the hub
         lease = Lease(connection=self.channel_name, key=self.primary, ip=scope_client_ip(self.scope))

@@ -90,6 +90,10 @@ class MemoryStore:
     def deletions(self) -> int:
         return self._deletions
 
+    def server_time(self) -> float:
+        """The embedded default is one host: its own clock."""
+        return time.time()
+
     def ttl(self, key: str) -> float | None:
         with self._lock:
             entry = self._keys.get(key)
@@ -200,6 +204,11 @@ class RedisStore:
         """How many keys were deleted (closed or revoked), ever: a watcher that sees this change
         checks its connections' keys at once (streams/watcher.py)."""
         return int(self.redis.get(self.DELETIONS) or 0)
+
+    def server_time(self) -> float:
+        """Redis's clock (TIME), the one clock every process of the stack reads (streams/clock.py)."""
+        seconds, micros = self.redis.time()
+        return seconds + micros / 1e6
 
     def ttl(self, key: str) -> float | None:
         millis = self.redis.pttl(self.PREFIX + key)

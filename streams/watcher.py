@@ -31,7 +31,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from exchange.runtime.outage import Outage
-from streams import hub, relay
+from streams import clock, hub, relay
 from streams.store import Lease, connection_lease_seconds, store
 
 
@@ -67,6 +67,7 @@ def _look_up(keys: list[str], accounts: list[int]) -> tuple[dict[str, int | None
 
 
 def _deletions() -> int | None:
+    clock.hub.sync_if_due()  # the hubs' estimate of Redis's clock, every clock.REFRESH_SECONDS
     try:
         return store().deletions()
     except Exception:  # the check itself reports a store that cannot be reached

@@ -32,7 +32,8 @@ The hub is one class put together from one module per concern:
 - frames.py: a posting's frames, built once per view;
 - accounts.py: what the hub knows of accounts and who listens to them;
 - listeners.py: the listener registry and the delivery to connections;
-- fairness.py: behind, it closes the connections of the account whose fan-out costs the most.
+- fairness.py: behind, it closes the connections slow to take their frames, else those of an account
+  whose own postings made most of its work; never a recipient's for what others send it.
 """
 
 from __future__ import annotations
@@ -83,17 +84,20 @@ class Hub(ListenersMixin, OrderingMixin, AccountsMixin, FairnessMixin, ChannelMi
         self.refresher: asyncio.Task | None = None
         self.refreshed_at = time.monotonic()  # group memberships last renewed
         self.tasks: set[asyncio.Task] = set()
-        self.cost: dict[int, int] = {}  # account -> connection writes in this cost window
+        self.cost: dict[int, int] = {}  # account -> writes of postings it caused itself, this cost window
         self.cost_before: dict[int, int] = {}  # ... in the window before
+        self.writes = 0  # all connection writes in this cost window
+        self.writes_before = 0  # ... in the window before
         self.cost_since = time.monotonic()
-        self.shed_at = -1e9  # when an account's connections were last closed for the hub being behind
+        self.judged_at = -1e9  # when the hub last judged whom to close for being behind
         self.behind_since: float | None = None  # since when the messages arrive late
         # Counters (tests, diagnostics).
         self.messages = 0  # ledger messages received
         self.waits = 0  # times rows arrived ahead of a missing sequence and the hub waited for it
         self.fills = 0  # feed gap fills and catch-ups read from the database
         self.replays = 0  # connections started from the database (their start beyond the history)
-        self.sheds = 0  # times the hub was behind and closed the biggest fan-out's connections
+        self.late = 0  # messages received more than STREAM_MAX_LAG_SECONDS after they were sent
+        self.sheds = 0  # times the hub was behind and closed connections (fairness.py)
 
     def maintain(self) -> None:
         """The watcher's periodic upkeep: rejoin the groups now and then, forget accounts nobody

@@ -1,84 +1,160 @@
-"""One account cannot hold the process's other accounts behind it: what the hub does when it falls
-behind (a message reaches it more than STREAM_MAX_LAG_SECONDS after the relay sent it: more events
-than this process can write, while the channel layer queues the rest, every account's alike).
+"""What the hub does when it falls behind: a message reaches it more than STREAM_MAX_LAG_SECONDS
+after the relay sent it (more events than this process can write, while the channel layer queues
+the rest, every account's alike). Both times are Redis's clock as each process estimates it
+(streams/clock.py), so two app hosts whose own clocks differ do not make a hub look behind for ever
+(or never).
 
-The hub counts what each account's fan-out costs it (connection writes, over the last one to two
-seconds). Once behind for half that bound (not a backlog of one pause drained at once), it closes
-the connections here of the account that cost the most (4006: too slow, reconnect and resync, as
-for a connection that cannot keep up), at most once per STREAM_MAX_LAG_SECONDS: the queued messages
-of that account then cost nothing (nobody here listens), the hub catches up, and the other
-accounts' events are on time again. A connection's own lag is bounded in streams/consumers.py
-(`check_lag`)."""
+Who pays. A connection's events cost the process one write each; an account's fan-out costs its
+postings times its connections. The postings are not always the account's doing: anyone can send
+an account money (a P2P transfer to its e-mail, a deposit to its address), as often as their own
+limits allow. Closing the connections of the account with the costliest fan-out (what this did
+before) let an outsider get a victim's streams closed by sending it many small transfers. So:
+
+1. The connections that do not take their frames pay first. Behind for half the bound (not one
+   pause's backlog drained at once), the hub closes (4006, too slow: reconnect and resync) every
+   connection whose oldest frame not yet taken by its client has waited half the bound (or that
+   holds half of STREAM_MAX_PENDING_FRAMES): they would be closed at the full bound by their own
+   check anyway (streams/consumers.py `check_lag`), and meanwhile they hold the process's memory.
+   A connection that takes its frames as they come is never closed by the hub for its account's
+   volume.
+2. If none is slow, an account pays for what it caused itself: the hub charges an account the
+   writes of the postings that debited or held its money (its own orders, converts, withdrawals,
+   transfers out: its own doing, or its operators'), never those that only credited it (money
+   received). If one account's own postings made at least half of all the hub's writes over the
+   last one to two seconds, its connections here are closed (4006): that removes at least half the
+   work, and it caused it. A recipient flooded by others is never that account.
+3. Otherwise nobody here caused it: the process is overloaded by volume (many accounts, or one
+   that others send money to), the hub logs it and every connection waits alike; the answer is
+   more websocket processes. What an outsider can send one account is bounded by the sender's own
+   limits (its balance, its API rate limits and daily transfer limit), i.e. the sender pays.
+
+The hub judges at most once per bound."""
 
 from __future__ import annotations
 
 import logging
 import time
+from decimal import Decimal
 
 from django.conf import settings
+
+from streams import clock
 
 logger = logging.getLogger(__package__)  # streams.hub
 
 COST_WINDOW_SECONDS = 1.0
 MAX_LAG_SECONDS = 1.0  # the setting's default (exchange/settings/base.py)
+MAX_PENDING_FRAMES = 2000  # STREAM_MAX_PENDING_FRAMES's default (streams/consumers.py)
 
 
 def max_lag_seconds() -> float:
     return getattr(settings, "STREAM_MAX_LAG_SECONDS", MAX_LAG_SECONDS)
 
 
+def caused_by_holder(rows: list[dict]) -> bool:
+    """Whether a posting's rows of one account are the account's own doing: it spent or held money
+    (a debit of free, any change of locked). A posting that only credited it (a deposit, a transfer
+    received, a master's transfer to it) was someone else's."""
+    return any(Decimal(row["delta_free"]) < 0 or Decimal(row["delta_locked"]) != 0 for row in rows)
+
+
 class FairnessMixin:
-    """The Hub's fairness side; `cost`, `cost_before`, `cost_since`, `shed_at`, `sheds` and
-    `behind_since` are set up in Hub.__init__ (streams/hub/__init__.py)."""
+    """The Hub's fairness side; `cost`, `cost_before`, `writes`, `writes_before`, `cost_since`,
+    `judged_at`, `sheds`, `late` and `behind_since` are set up in Hub.__init__
+    (streams/hub/__init__.py)."""
 
     cost: dict[int, int]
     cost_before: dict[int, int]
+    writes: int
+    writes_before: int
     cost_since: float
-    shed_at: float
+    judged_at: float
     sheds: int
+    late: int
     behind_since: float | None
 
-    def _charge(self, account: int, writes: int) -> None:
+    def _charge(self, account: int, writes: int, caused: int) -> None:
+        """`writes` connection writes for the account's postings, `caused` of them for postings it
+        caused itself."""
         now = time.monotonic()
         if now - self.cost_since >= COST_WINDOW_SECONDS:
             self.cost_before, self.cost, self.cost_since = self.cost, {}, now
-        self.cost[account] = self.cost.get(account, 0) + writes
+            self.writes_before, self.writes = self.writes, 0
+        self.writes += writes
+        if caused:
+            self.cost[account] = self.cost.get(account, 0) + caused
 
     def _check_behind(self, message: dict) -> None:
         sent = message.get("sent")
         if sent is None:
             return
-        behind = time.time() - sent
+        behind = clock.hub.now() - sent
         limit = max_lag_seconds()
         now = time.monotonic()
         if behind <= limit:
             self.behind_since = None
             return
+        self.late += 1
         if self.behind_since is None:
             self.behind_since = now
         # Behind for a while, not a backlog of one stall (a pause of the process) drained at once.
-        if now - self.behind_since < limit / 2 or now - self.shed_at < limit:
+        if now - self.behind_since < limit / 2 or now - self.judged_at < limit:
             return
+        self.judged_at = now
+        if not self._shed_slow(behind, limit) and not self._shed_cause(behind):
+            logger.warning(
+                "The stream hub is %.1f s behind, and no connection here is slow nor any account the cause: "
+                "more events than this process can write (nobody closed)",
+                behind,
+            )
+
+    def _shed_slow(self, behind: float, limit: float) -> bool:
+        max_frames = getattr(settings, "STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES)
+        everyone = {listener for listeners in self.own_listeners.values() for listener in listeners}
+        slow = []
+        for listener in everyone:
+            if listener.gone:
+                continue
+            waited, waiting = listener.lag()
+            if waited >= limit / 2 or waiting >= max_frames / 2:
+                slow.append(listener)
+        if not slow:
+            return False
+        self.sheds += 1
+        logger.warning(
+            "The stream hub is %.1f s behind: closing %s connections slow to take their frames (4006, the hub is "
+            "behind)",
+            behind,
+            len(slow),
+        )
+        for listener in slow:
+            listener.too_slow()
+        return True
+
+    def _shed_cause(self, behind: float) -> bool:
         totals = dict(self.cost_before)
         for account, writes in self.cost.items():
             totals[account] = totals.get(account, 0) + writes
-        listeners = []
-        while totals and not listeners:
-            account = max(totals, key=totals.__getitem__)
+        everything = self.writes + self.writes_before
+        for account in sorted(totals, key=totals.__getitem__, reverse=True):
+            if 2 * totals[account] < everything:
+                return False  # nobody made half the work
             listeners = [listener for listener in self._audience(account) if not listener.gone]
-            del totals[account]
-        if not listeners:
-            return
-        self.shed_at = now
-        self.sheds += 1
-        self.cost.pop(account, None)
-        self.cost_before.pop(account, None)
-        logger.warning(
-            "The stream hub is %.1f s behind: closing the %s connections of account %s, the biggest fan-out "
-            "here (4006, too slow)",
-            behind,
-            len(listeners),
-            account,
-        )
-        for listener in listeners:
-            listener.too_slow()
+            if not listeners:
+                continue
+            self.sheds += 1
+            self.cost.pop(account, None)
+            self.cost_before.pop(account, None)
+            logger.warning(
+                "The stream hub is %.1f s behind: closing the %s connections of account %s, whose own postings "
+                "made %s of the last %s writes (4006, the hub is behind)",
+                behind,
+                len(listeners),
+                account,
+                totals[account],
+                everything,
+            )
+            for listener in listeners:
+                listener.too_slow()
+            return True
+        return False

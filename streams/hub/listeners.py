@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 
 from streams import relay
 from streams.hub.accounts import AccountInfo, Read
+from streams.hub.fairness import caused_by_holder
 from streams.hub.frames import Posting, postings_of
 from streams.hub.ordering import Feed
 from streams.services import key_group
@@ -36,8 +37,11 @@ class Listener:
     sent: dict[int, int] = field(default_factory=dict)  # account -> last sequence given (or start)
     held: dict[int, list[Posting]] = field(default_factory=dict)  # account -> while a replay is read
     gone: bool = False
-    # Told that its account's fan-out is cut off for the hub being behind (it closes 4006).
+    # Told that it is cut off for the hub being behind (it closes 4006).
     too_slow: Callable[[], None] = lambda: None
+    # (seconds its oldest frame not yet taken by the client has waited, frames waiting): the hub,
+    # behind, closes the connections that do not keep up first (fairness.py).
+    lag: Callable[[], tuple[float, int]] = lambda: (0.0, 0)
 
 
 class ListenersMixin:
@@ -167,7 +171,9 @@ class ListenersMixin:
                 if listener.gone:
                     break
                 self._deliver(listener, feed, posting)
-        self._charge(feed.account, len(audience) * len(postings))
+        if audience:
+            caused = sum(1 for posting in postings if caused_by_holder(posting.rows))
+            self._charge(feed.account, len(audience) * len(postings), len(audience) * caused)
 
     def _audience(self, account: int) -> list[Listener]:
         listeners = list(self.own_listeners.get(account, ()))

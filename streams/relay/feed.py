@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounts.ledger.models import Asset, BalanceChange
 from accounts.models import LedgerAccount, User
 from exchange.api import formatting as fmt
+from streams import clock
 from streams.events import row_payload
 
 Messages = list[tuple[str, dict]]  # (group, message) in the order they must be sent
@@ -60,10 +61,12 @@ def messages_for(rows_by_account: dict[int, list[dict]]) -> Messages:
     """One `ledger.changes` message per account and group of its audience, carrying its rows."""
     audiences = _audiences(rows_by_account)
     messages = []
+    # "sent", on Redis's clock (streams/clock.py): a hub that receives it more than
+    # STREAM_MAX_LAG_SECONDS later is behind (hub/fairness.py), whatever the two hosts' own clocks say.
+    sent = clock.publisher.now_synced()
     for account, rows in rows_by_account.items():
         email, groups = audiences.get(account, ("", [account]))
-        # "sent": a hub that receives it more than STREAM_MAX_LAG_SECONDS later is behind (hub/fairness.py).
-        message = {"type": "ledger.changes", "account": account, "email": email, "rows": rows, "sent": time.time()}
+        message = {"type": "ledger.changes", "account": account, "email": email, "rows": rows, "sent": sent}
         messages.extend((account_group(group), message) for group in groups)
     return messages
 

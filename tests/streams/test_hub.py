@@ -32,6 +32,7 @@ from streams.services import key_group
 from streams.store import store
 from tests.support.factories import deposit
 from tests.support.streams import communicator
+from tests.support.waiting import until, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -148,7 +149,8 @@ async def test_two_publishers_every_connection_gets_every_sequence_once_in_order
     key = await key_of(master)
     with override_settings(STREAM_GAP_WAIT_SECONDS=1.0):  # well beyond the late publisher's delay
         clients = [await open_ws(key) for _ in range(3)]
-        posting = TwoPublishers(monkeypatch, delay=0.03).post(master.pk, count, "two")
+        poster = TwoPublishers(monkeypatch, delay=0.03)
+        posting = poster.post(master.pk, count, "two")
         try:
             received = [await positions(ws, count) for ws in clients]
         finally:
@@ -157,8 +159,9 @@ async def test_two_publishers_every_connection_gets_every_sequence_once_in_order
         assert len(expected) == count
         for frees in received:
             assert frees == expected
+        await poster.post(master.pk, 1, "mark")  # the next one: a posting twice would come before it
         for ws in clients:
-            assert await ws.receive_nothing(0.3)
+            assert await positions(ws, 1) == [expected[-1] + Decimal("0.00000001")]
         assert reads == []
         assert hub_for(get_channel_layer()).waits > 0  # they did arrive out of order
         for ws in clients:
@@ -189,8 +192,12 @@ async def test_a_message_that_never_comes_is_read_after_the_wait_once_for_all_co
             assert await positions(ws, 2) == [Decimal(3), Decimal(7)]
         assert time.monotonic() - sent_at >= 0.25  # it waited for the other publisher first
         assert reads == [(master.pk, lost.balances[0].seq, seq)]
+        mark = await sync_to_async(deposit)(master, "8")  # the next one: a posting twice would come before it
+        seq = mark.balances[0].seq
+        message = {**message, "rows": await sync_to_async(rows_between)(master.pk, seq, seq)}
+        await get_channel_layer().group_send(relay.account_group(master.pk), message)
         for ws in clients:
-            assert await ws.receive_nothing(0.3)
+            assert await positions(ws, 1) == [Decimal(15)]
             await ws.disconnect()
 
 
@@ -211,23 +218,6 @@ async def test_the_watchers_catch_up_is_once_per_account(master, assets, monkeyp
             await ws.disconnect()
 
 
-async def _until(condition, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the hub never got there"
-        await asyncio.sleep(0.005)
-
-
-async def _everything(ws, timeout: float = 2.0) -> list[Decimal]:
-    """The free BTC balance of every outboundAccountPosition until nothing comes for `timeout`."""
-    frees: list[Decimal] = []
-    while not await ws.receive_nothing(timeout):
-        event = await ws.receive_json_from()
-        if event["e"] == "outboundAccountPosition":
-            frees.append(Decimal(event["B"][0]["f"]))
-    return frees
-
-
 async def test_a_row_still_in_flight_while_a_gap_is_read_is_waited_for_not_skipped(master, assets, monkeypatch):
     """Rolling run 5 (session 32): both websockets of one hub lacked one posting at the start of the
     load (cold publishers send late, so the hub reads gaps; its first reads are slow). The
@@ -246,10 +236,10 @@ async def test_a_row_still_in_flight_while_a_gap_is_read_is_waited_for_not_skipp
         for ws in clients:
             assert await positions(ws, 1) == [Decimal(1)]
         monkeypatch.setattr(fast_path, "fast_path_enabled", lambda: False)  # we publish by hand
-        results = [await sync_to_async(deposit)(master, str(amount)) for amount in (2, 4, 8, 16)]
+        results = [await sync_to_async(deposit)(master, str(amount)) for amount in (2, 4, 8, 16, 32)]
         s = results[0].balances[0].seq
-        rows = {row["seq"]: row for row in await sync_to_async(rows_between)(master.pk, s, s + 3)}
-        assert sorted(rows) == [s, s + 1, s + 2, s + 3]
+        rows = {row["seq"]: row for row in await sync_to_async(rows_between)(master.pk, s, s + 4)}
+        assert sorted(rows) == [s, s + 1, s + 2, s + 3, s + 4]
 
         def slow_read(account_id, first_seq, last_seq):
             if not reading.is_set():
@@ -266,15 +256,18 @@ async def test_a_row_still_in_flight_while_a_gap_is_read_is_waited_for_not_skipp
 
         feed = hub_for(layer).feeds[master.pk]
         await publish(s + 1)  # s is late: after the gap's wait the hub reads s .. s+1
-        await _until(reading.is_set)
+        await until(reading.is_set, what="the gap read under way")
         await publish(s)
         await publish(s + 3)  # s+2 is on its way
-        await _until(lambda: feed.last == s + 1 and s + 3 in feed.ahead)
+        await until(lambda: feed.last == s + 1 and s + 3 in feed.ahead, what="s dispatched, s+3 ahead")
+        fills = hub_for(layer).fills
         release.set()
-        await asyncio.sleep(0.05)  # the read is back and handled
-        await publish(s + 2)  # arrives well within the gap's wait
+        await until(lambda: hub_for(layer).fills > fills, what="the read back and handled")
+        assert (feed.last, sorted(feed.ahead)) == (s + 1, [s + 3])  # s+2 not skipped: still awaited
+        await publish(s + 2)  # arrives within the gap's wait
+        await publish(s + 4)  # the last: a duplicate or a skip would show before it
         for ws in clients:
-            assert await _everything(ws) == [Decimal(3), Decimal(7), Decimal(15), Decimal(31)]
+            assert await positions(ws, 5) == [Decimal(3), Decimal(7), Decimal(15), Decimal(31), Decimal(63)]
         assert reads == [(master.pk, s, s + 1)]  # s+2 came: nothing more to read
         for ws in clients:
             await ws.disconnect()
@@ -311,16 +304,14 @@ async def test_a_connection_starting_while_the_hub_looks_up_who_listens_starts_a
         assert hub.feeds[master.pk].resolving
         groups, _ = hub.add_keys(listener, {key: master.pk})
         await hub.joined(groups)
+        fills = hub.fills
         hub.start(listener, Read({master.pk: s}, {}, {}))
-        await asyncio.sleep(0.6)  # beyond the gap's wait
-        hub._on_changes(message(s + 1))  # late
+        # s + 1 is read once the gap's wait is over: it reaches the connection, not skipped.
+        await until(lambda: hub.fills > fills, what="the gap's read of s + 1")
+        assert frees == [Decimal(1), Decimal(3)]
+        hub._on_changes(message(s + 1))  # late: already given, dropped
         hub._on_changes(message(s + 3))
-        for _ in range(30):  # 3 s at most for the three
-            if len(frees) >= 3:
-                break
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.3)
-        assert frees == [Decimal(1), Decimal(3), Decimal(7)]
+        assert frees == [Decimal(1), Decimal(3), Decimal(7)]  # dispatch is synchronous: nothing else came
         hub.drop_all(listener)
         await hub.settle()
 
@@ -369,8 +360,9 @@ async def test_fifty_connections_on_one_key_cost_one_copy_per_process(master, as
         assert 1 <= sent <= 10
         assert hub.messages - messages == sent  # one copy of each, not 50
         assert len(built) == 10  # one build per posting, not 50
+        await sync_to_async(deposit)(master, "11")  # the next one: a posting twice would come before it
         for ws in clients:
-            assert await ws.receive_nothing(0.05)
+            assert await positions(ws, 1) == [Decimal(66)]
             await ws.disconnect()
     assert members(account_group) == []
     assert members(listen_key_group) == []
@@ -387,13 +379,15 @@ async def test_the_hub_renews_its_group_memberships(master, assets):
     client = redis.Redis.from_url(settings.REDIS_URL)
     group = layer._group_key(relay.account_group(master.pk))
     joined = client.zscore(group, hub.channel)
-    await asyncio.sleep(1.1)  # scores are whole seconds
+    # Scores are whole seconds: a join now would score higher once the clock is past that second.
+    await until(lambda: time.time() >= int(joined) + 1, what="the next whole second")
+    refreshed = hub.refreshed_at
     hub.maintain()
-    assert client.zscore(group, hub.channel) == joined  # not due yet
+    assert hub.refreshed_at == refreshed  # not due yet: not joined again
+    assert client.zscore(group, hub.channel) == joined
     hub.refreshed_at -= 86400
     hub.maintain()
-    await asyncio.sleep(0.2)
-    assert client.zscore(group, hub.channel) > joined
+    await until(lambda: client.zscore(group, hub.channel) > joined, what="the membership renewed")
     await sync_to_async(deposit)(master, "1")
     assert await positions(ws, 1) == [Decimal(1)]
     await ws.disconnect()
@@ -430,13 +424,13 @@ async def test_a_connection_too_slow_to_take_its_frames_is_closed_and_the_others
         expected = [Decimal(n * (n + 1) // 2) for n in range(1, 9)]
         for ws in others:
             assert await positions(ws, 8, timeout=5) == expected
-        assert "4006" in caplog.text
+        assert "(4006, too slow)" in caplog.text  # the connection's own check (not the hub's shedding)
         gate.set()
-        assert await stuck.receive_nothing(0.3)
         await sync_to_async(deposit)(master, "9")
         for ws in others:
             assert await positions(ws, 1) == [Decimal(45)]
             await ws.disconnect()
+        assert stuck.output_queue.empty()  # nothing after its close, while the others got a later event
         await stuck.disconnect()
 
 
@@ -451,16 +445,20 @@ async def _join_while_busy(
     from the read's sequence on, once. Returns the frees it should get, those it got, and it."""
     starts: list[int] = []
     read_accounts = consumers.read_accounts
+    feed = hub_for(get_channel_layer()).feeds[watched.pk]  # followed already, by another connection
 
     def slow_read(account_ids):
         read = read_accounts(account_ids)
-        starts.append(read.seqs[watched.pk])
-        time.sleep(0.3)  # postings go on meanwhile
+        start = read.seqs[watched.pk]
+        starts.append(start)
+        # Postings go on meanwhile: the read comes back once the hub dispatched 10 more beyond it.
+        wait_until(lambda: feed.last >= start + 10, what="10 postings dispatched during the read")
         return read
 
     count = 120
+    base = feed.last
     posting = poster.post(watched.pk, count, "busy", pause=0.01)
-    await asyncio.sleep(0.15)
+    await until(lambda: feed.last >= base + 10, what="the account busy")
     monkeypatch.setattr(consumers, "read_accounts", slow_read)
     ws = await join()
     monkeypatch.setattr(consumers, "read_accounts", read_accounts)
@@ -471,7 +469,8 @@ async def _join_while_busy(
     assert history[0][0] <= start < history[-1][0] - 20, "joined before or after the postings: no race"
     wanted = [free for seq, free in history if seq > start]
     got = await positions(ws, len(wanted), email=email)
-    assert await ws.receive_nothing(0.3)
+    await poster.post(watched.pk, 1, "mark")  # the next one: a posting twice would come before it
+    assert await positions(ws, 1, email=email) == [history[-1][1] + Decimal("0.00000001")]
     return wanted, got, ws
 
 
@@ -516,8 +515,7 @@ async def test_subscribing_to_a_busy_account_starts_exactly_at_its_read(make_use
     # UNSUBSCRIBE: nothing more of bob's, alice's own go on.
     assert await request(ws, "UNSUBSCRIBE", [bob_key], 2) == {"result": None, "id": 2}
     await sync_to_async(deposit)(bob, "1")
-    assert await ws.receive_nothing(0.5)
-    await sync_to_async(deposit)(alice, "1")
+    await sync_to_async(deposit)(alice, "1")  # published after bob's: bob's would come first
     assert await positions(ws, 1) == [Decimal(1)]
     await ws.disconnect()
     await bobs_own.disconnect()
@@ -553,15 +551,16 @@ async def test_a_new_sub_accounts_first_postings_out_of_order(make_user, assets,
     first = await sync_to_async(deposit)(sub, "1")
     second = await sync_to_async(deposit)(sub, "2")
     group = relay.account_group(boss.pk)  # the relay sends a sub-account's rows to its master's group too
-    for result in (second, first):
+    hub = hub_for(get_channel_layer())
+    for result in (second, first):  # the second handled before the first arrives
         seq = result.balances[0].seq
         rows = await sync_to_async(rows_between)(sub.pk, seq, seq)
         message = {"type": "ledger.changes", "account": sub.pk, "email": sub.email, "rows": rows}
+        received = hub.messages
         await get_channel_layer().group_send(group, message)
-        await asyncio.sleep(0.05)
+        await until(lambda: hub.messages > received, what="the message handled")  # noqa: B023
     assert await positions(ws, 2, email=sub.email) == [Decimal(1), Decimal(3)]
     assert reads == []
-    assert await ws.receive_nothing(0.3)
     await ws.disconnect()
 
 
@@ -579,15 +578,14 @@ async def test_one_account_through_two_keys(master, assets):
     on_second = await open_ws(second_key)
     assert await request(ws, "SUBSCRIBE", [second_key], 1) == {"result": None, "id": 1}
     await sync_to_async(deposit)(master, "1")
+    await sync_to_async(deposit)(master, "2")
     for each in (ws, on_second):
-        assert await positions(each, 1) == [Decimal(1)]
-        assert await each.receive_nothing(0.3)
+        assert await positions(each, 2) == [Decimal(1), Decimal(3)]  # once each: no second copy between
     await sync_to_async(services.listen_key_revoke)(key=second_key)
     assert await on_second.receive_output(timeout=1) == KEY_DEAD
-    assert await ws.receive_nothing(0.3)
-    await sync_to_async(deposit)(master, "2")
-    assert await positions(ws, 1) == [Decimal(3)]
-    assert await ws.receive_nothing(0.3)
+    await sync_to_async(deposit)(master, "4")
+    await sync_to_async(deposit)(master, "8")
+    assert await positions(ws, 2) == [Decimal(7), Decimal(15)]  # through the first key, once each
     await sync_to_async(services.listen_key_revoke)(key=first_key)
     assert await ws.receive_output(timeout=1) == KEY_DEAD
     await ws.disconnect()

@@ -104,9 +104,12 @@ def wait_for_port(port: int, server: Proc, timeout: float = 30) -> None:
 
 # --- a websocket (Daphne) server ------------------------------------------------------------------
 
-# The websocket servers' database (a suffix per module) and Redis database: 8, 10-15 serve other tests.
+# The websocket servers' database (a suffix per module) and Redis database: 6-8, 10-15 serve other tests.
 FULLSTACK_DB_NAME = os.environ.get("FULLSTACK_DATABASE_NAME", "exchange_fullstack_test")
 FULLSTACK_REDIS_DB = int(os.environ.get("FULLSTACK_REDIS_DB", "9"))
+# tests/streams/test_fairness.py's own (its flood must not share a server's database with the others).
+FAIRNESS_DB_NAME = os.environ.get("FAIRNESS_DATABASE_NAME", "exchange_fairness_test")
+FAIRNESS_REDIS_DB = int(os.environ.get("FAIRNESS_REDIS_DB", "6"))
 PING_INTERVAL, PING_TIMEOUT = 1, 2  # seconds: Daphne's --ping-interval and --ping-timeout here
 
 
