@@ -194,26 +194,27 @@ def user_change_by_staff(*, actor: User, user: User, changes: dict, reason: str 
     privilege fields unless a superuser asks, and for an e-mail or phone another account has."""
     reason = require_reason(reason)
     _require_staff(actor, "accounts.change_user")
-    if not may_edit_user(actor, user):
+    stored = User.objects.get(pk=user.pk)  # as it is, not as a form may have changed the object in memory
+    if not may_edit_user(actor, stored):
         raise StaffChangeRefused("Staff and house accounts are not yours to change.")
     if not actor.is_superuser and set(changes) & set(PRIVILEGE_FIELDS):
         raise StaffChangeRefused("Only a superuser changes staff status, groups and permissions.")
     values = dict(changes)
     try:
         if "email" in values:
-            values["email"] = email_clean(values["email"], exclude_id=user.pk, keep=user.email)
+            values["email"] = email_clean(values["email"], exclude_id=stored.pk, keep=stored.email)
         if "phone" in values:
-            values["phone"] = phone_clean(values["phone"], exclude_id=user.pk)
+            values["phone"] = phone_clean(values["phone"], exclude_id=stored.pk)
     except ValueError as exc:
         raise StaffChangeRefused(str(exc)) from exc
     four_eyes = {name: value for name, value in values.items() if name in backoffice_changes.guarded(User).fields}
     if four_eyes:
         if len(four_eyes) != len(values):
             raise StaffChangeRefused(FOUR_EYES_ALONE)
-        return backoffice_changes.change_submit(actor=actor, obj=user, changes=four_eyes, reason=reason)
+        return backoffice_changes.change_submit(actor=actor, obj=stored, changes=four_eyes, reason=reason)
     fields = tuple(name for name in values if name not in ("groups", "user_permissions", "password"))
     with transaction.atomic():
-        current = User.objects.select_for_update().get(pk=user.pk)
+        current = User.objects.select_for_update().get(pk=stored.pk)
         with staff_action(
             actor=actor, action="account.change", reason=reason, target=current, before=summary(current, fields)
         ) as draft:
