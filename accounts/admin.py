@@ -2,8 +2,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.contrib.auth.forms import UserChangeForm, UserCreationForm
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count
+from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -11,7 +12,7 @@ from django.utils.html import format_html, format_html_join
 from accounts import services
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
 from exchange.backoffice import changes
-from exchange.backoffice.services import staff_action, summary
+from exchange.backoffice.services import ReasonRequired, staff_action, summary
 from exchange.backoffice.toolkit import ChangeOutcomeResponses, ReasonActionForm, ReasonFieldAdmin, action_reason
 
 USER_STATE_FIELDS = ("email", "is_active", "is_frozen", "can_trade", "can_deposit", "can_withdraw")
@@ -19,16 +20,16 @@ API_KEY_FIELDS = ("user", "name", "key", "types", "status", "ip_restrict", "ip_l
 
 
 class _AccountFormRules:
-    """The rules services.user_create applies, for accounts created or edited in the admin."""
+    """The rules accounts.services applies (user_create_by_staff, user_change_by_staff), checked on
+    the form too so that a mistake is shown beside its field; the services decide."""
 
     def clean_email(self):
-        email = self.cleaned_data["email"].strip().lower()
-        if User.objects.filter(email=email).exclude(pk=self.instance.pk).exists():
-            raise ValidationError("An account with this e-mail already exists.")
-        if services.address_is_reserved(email) and email != (self.instance.email or "").lower():
-            # Only the API's virtual sub-accounts live there (issue 25, finding 4).
-            raise ValidationError("This e-mail domain is reserved for virtual sub-accounts.")
-        return email
+        try:
+            return services.email_clean(
+                self.cleaned_data["email"], exclude_id=self.instance.pk, keep=self.instance.email or ""
+            )
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
 
     def clean_master(self):
         master = self.cleaned_data.get("master")
@@ -36,16 +37,34 @@ class _AccountFormRules:
             raise ValidationError("A sub-account cannot be the master of another account.")
         if master is not None and self.instance.pk and master.pk == self.instance.pk:
             raise ValidationError("An account cannot be its own master.")
+        if master is not None and (master.system_role is not None or master.is_staff):
+            raise ValidationError("Only a customer account can be a master.")
         return master
 
     def clean_phone(self):
-        return self.cleaned_data.get("phone") or None
+        try:
+            return services.phone_clean(self.cleaned_data.get("phone"), exclude_id=self.instance.pk)
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from exc
+
+
+REASON_HELP = "Why (required): kept in the audit trail with your name."
 
 
 class AccountCreationForm(_AccountFormRules, UserCreationForm):
+    reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}), help_text=REASON_HELP)
+
     class Meta:
         model = User
         fields = ("email", "phone", "master")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "master" in self.fields:
+            self.fields["master"].help_text = (
+                "For a sub-account: its master. The account is created on its own and put under this "
+                "master only when a second Administrator approves (a change request is proposed)."
+            )
 
 
 class AccountChangeForm(_AccountFormRules, UserChangeForm):
@@ -68,20 +87,8 @@ class AccountChangeForm(_AccountFormRules, UserChangeForm):
         return data
 
 
-# What makes a user staff, superuser or gives them permissions: only superusers set these.
-PRIVILEGE_FIELDS = ("is_staff", "is_superuser", "groups", "user_permissions")
-
-
-def may_edit_user(editor: User, target: User) -> bool:
-    """Whether `editor` may change `target`'s record (its e-mail, password, status...). A superuser
-    may change anyone; anyone else only customers' records and their own: another staff member's
-    record (its password or e-mail above all) would be a way into that member's permissions, and
-    a superuser's into everything."""
-    if editor.is_superuser:
-        return True
-    if target.system_role is not None:  # the service's own ledger accounts: never an operator's to change
-        return False
-    return target.pk == editor.pk or not (target.is_staff or target.is_superuser)
+PRIVILEGE_FIELDS = services.PRIVILEGE_FIELDS
+may_edit_user = services.may_edit_user  # where it was (tests/security/test_money_out.py)
 
 
 class AccountKindFilter(admin.SimpleListFilter):
@@ -99,14 +106,6 @@ class AccountKindFilter(admin.SimpleListFilter):
         if self.value() == "house":
             return queryset.filter(system_role__isnull=False)
         return queryset
-
-
-# Changed only through exchange.backoffice.changes (four eyes; a re-parented account must hold nothing).
-GUARDED_USER_FIELDS = ("master", "limit_tier")
-MASTER_OR_TIER_ALONE = (
-    "Change the master or the limit tier on its own (it waits for a second Administrator's approval), "
-    "then the other fields."
-)
 
 
 @admin.register(User)
@@ -147,7 +146,9 @@ class UserAdmin(ChangeOutcomeResponses, DjangoUserAdmin):
         ("Staff", {"fields": ("is_staff", "is_superuser", "groups", "user_permissions")}),
         ("Dates", {"fields": ("last_login", "date_joined")}),
     )
-    add_fieldsets = ((None, {"classes": ("wide",), "fields": ("email", "phone", "master", "password1", "password2")}),)
+    add_fieldsets = (
+        (None, {"classes": ("wide",), "fields": ("email", "phone", "master", "password1", "password2", "reason")}),
+    )
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = super().get_fieldsets(request, obj)
@@ -159,36 +160,55 @@ class UserAdmin(ChangeOutcomeResponses, DjangoUserAdmin):
         return (*fieldsets[:2], ("Sub-accounts", {"fields": ("sub_account_list",)}), *fieldsets[2:])
 
     def save_model(self, request, obj, form, change):
-        changed = [name for name in form.changed_data if name not in ("reason", "password")]
-        if not change or not changed:
-            super().save_model(request, obj, form, change)
-            return
-        guarded = {name: form.cleaned_data[name] for name in changed if name in GUARDED_USER_FIELDS}
-        if guarded:
-            # A master or a limit tier changes only through the audited service, which proposes it
-            # for a second Administrator (accounts/controls.py). Alone: the page's answer is then
-            # about that one proposal, and nothing else is half-saved beside it.
-            if len(guarded) != len(changed):
-                request._change_refused = MASTER_OR_TIER_ALONE
-                return
+        """Through accounts.services: a new account by user_create_by_staff (under a master only by
+        a proposal a second Administrator approves), a change by user_change_by_staff (e-mail,
+        phone, master, virtual, tier and whitelist-off only by such a proposal). A refusal or a
+        proposal changes nothing here; ChangeOutcomeResponses answers the page."""
+        data = form.cleaned_data
+        if not change:
             try:
-                request._change_outcome = changes.change_submit(
-                    actor=request.user, obj=obj, changes=guarded, reason=form.cleaned_data.get("reason")
+                created, proposal = services.user_create_by_staff(
+                    actor=request.user,
+                    email=data["email"],
+                    phone=data.get("phone"),
+                    password=data.get("password1"),
+                    master=data.get("master"),
+                    reason=data.get("reason"),
                 )
-            except changes.ChangeRefused as exc:
-                request._change_refused = str(exc)
+            except (services.StaffChangeRefused, changes.ChangeRefused, ReasonRequired) as exc:
+                raise PermissionDenied(str(exc)) from exc  # the form checked the same: a crafted or raced POST
+            obj.pk = created.pk
+            obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
+            request._master_proposal = proposal
             return
-        fields = tuple(name for name in changed if name not in ("groups", "user_permissions"))
-        before = summary(User.objects.get(pk=obj.pk), fields)
-        with staff_action(
-            actor=request.user,
-            action="account.change",
-            reason=form.cleaned_data.get("reason"),
-            target=obj,
-            before=before,
-        ) as draft:
-            super().save_model(request, obj, form, change)
-            draft.after = {**summary(obj, fields), "changed": changed}
+        changed = [name for name in form.changed_data if name not in ("reason", "password")]
+        if not changed:
+            return
+        try:  # groups and permissions (a superuser's) are saved by save_related, in the same transaction
+            request._change_outcome = services.user_change_by_staff(
+                actor=request.user, user=obj, changes={name: data[name] for name in changed}, reason=data.get("reason")
+            )
+        except (services.StaffChangeRefused, changes.ChangeRefused, ReasonRequired) as exc:
+            request._change_refused = str(exc)
+
+    def save_related(self, request, form, formsets, change):
+        # Groups and permissions (a superuser's) are saved only beside a change that was applied.
+        if getattr(request, "_change_refused", None) is None and (
+            getattr(request, "_change_outcome", None) is None or request._change_outcome.applied
+        ):
+            super().save_related(request, form, formsets, change)
+
+    def response_add(self, request, obj, post_url_continue=None):
+        outcome = getattr(request, "_master_proposal", None)
+        if outcome is not None and outcome.request is not None:
+            self.message_user(
+                request,
+                f"Account {obj} created on its own. Putting it under its master is proposed as change request "
+                f"#{outcome.request.pk}: another Administrator must approve it.",
+                messages.WARNING,
+            )
+            return HttpResponseRedirect(reverse("admin:exchange_changerequest_change", args=[outcome.request.pk]))
+        return super().response_add(request, obj, post_url_continue)
 
     @admin.display(description="sub-accounts")
     def sub_account_list(self, obj: User) -> str:

@@ -12,21 +12,42 @@ loosens a control.
 - User.master: a master moves its sub-accounts' money, so any change of it waits, and is refused
   while the account holds anything (accounts.services.user_reparent_check). User.limit_tier: any
   change waits (another tier may have higher limits).
+- User.email and User.phone are the addresses transfers are sent to: whoever holds an address
+  receives what is sent there, so any change of either waits (issue 34, finding 1), and is refused
+  when proposed and again when approved if another account has the address (the phone compared
+  normalised, accounts/phones.py). User.is_virtual decides who may reach the account (a virtual
+  sub-account only from its family): any change waits. User.enable_withdraw_whitelist switched off
+  lets money out to any address: that waits; switching it on applies at once.
 """
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
 from accounts import services
 from accounts.models import Asset, LimitTier, TierLimit, User
-from exchange.backoffice.changes import ANY, AUDITED, HIGHER, LOWER, ChangeRefused, guard
+from exchange.backoffice.changes import ANY, AUDITED, HIGHER, LOWER, ChangeRefused, apply_fields, guard
 
 
-def _reparent_check(user: User, changes: dict) -> None:
-    if "master" not in changes:
-        return
+def _switched_off(old, new) -> bool:
+    return bool(old) and not bool(new)
+
+
+def _user_check(user: User, changes: dict) -> None:
+    """When proposed and again when approved (under the row's lock): the account may take the change."""
     try:
-        services.user_reparent_check(user=user, master_id=changes["master"])
-    except services.StaffChangeRefused as exc:
+        if "master" in changes:
+            services.user_reparent_check(user=user, master_id=changes["master"])
+        if "email" in changes:
+            wanted = changes["email"]
+            if services.email_clean(wanted, exclude_id=user.pk, keep=user.email) != wanted:
+                raise services.StaffChangeRefused("An e-mail is stored in lower case.")
+        if "phone" in changes and changes["phone"] is not None:
+            wanted = changes["phone"]
+            if services.phone_clean(wanted, exclude_id=user.pk) != wanted:
+                raise services.StaffChangeRefused("A phone number is stored normalised (accounts/phones.py).")
+    except ValueError as exc:  # StaffChangeRefused included
         raise ChangeRefused(str(exc)) from exc
 
 
@@ -36,6 +57,13 @@ def _apply_user(user: User, changes: dict) -> User:
     if "limit_tier" in changes:
         user.limit_tier_id = changes["limit_tier"]
         user.save(update_fields=["limit_tier"])
+    rest = {name: value for name, value in changes.items() if name not in ("master", "limit_tier")}
+    if rest:
+        try:
+            with transaction.atomic():  # an address taken since the check: refused, not a 500
+                user = apply_fields(user, rest)
+        except (IntegrityError, ValidationError) as exc:
+            raise ChangeRefused(f"{user} cannot take this change now: {exc}") from exc
     return user
 
 
@@ -66,7 +94,14 @@ def register() -> None:
     guard(
         User,
         action="account",
-        fields={"master": ANY, "limit_tier": ANY},
-        precondition=_reparent_check,
+        fields={
+            "email": ANY,
+            "phone": ANY,
+            "master": ANY,
+            "is_virtual": ANY,
+            "limit_tier": ANY,
+            "enable_withdraw_whitelist": _switched_off,
+        },
+        precondition=_user_check,
         apply=_apply_user,
     )

@@ -8,12 +8,15 @@ and may read the constants below (e.g. MASTER to find the master account).
 
 from __future__ import annotations
 
+import logging
 from decimal import Decimal
 
 from accounts import services
 from accounts.crypto import decrypt_secret
 from accounts.ledger.services import funding_post
 from accounts.models import ApiKey, ApiKeyType, Asset, User
+
+logger = logging.getLogger(__name__)
 
 DEMO_PASSWORD = "demo-password-change-me"  # noqa: S105 - demo accounts only
 MASTER = {"email": "master@demo.exchange", "phone": "+639170000001"}
@@ -63,6 +66,10 @@ def _fund(role: str, user: User, funding: dict[str, dict[str, str]] = FUNDING) -
 def _user(email: str, phone: str | None, master: User | None = None) -> User:
     user = User.objects.filter(email=email).first()
     if user is None:
+        if phone is not None and services.phone_holder_id(phone) is not None:
+            # Numbers are unique (accounts/phones.py): the account that has it keeps it.
+            logger.warning("demo: %s is created without its phone number, which another account has", email)
+            phone = None
         user = services.user_create(email=email, phone=phone, password=DEMO_PASSWORD, master=master)
     return user
 

@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from accounts.phones import phone_normalised
+
 
 class UserManager(BaseUserManager):
     use_in_migrations = True
@@ -37,7 +39,8 @@ class User(AbstractBaseUser, PermissionsMixin):
         unique=True,
         null=True,
         blank=True,
-        help_text="E.164, e.g. +639171234567; used as a transfer address.",
+        help_text="E.164, e.g. +639171234567; used as a transfer address. Unique compared normalised "
+        "(spaces, dashes and brackets ignored: accounts/phones.py).",
     )
     master = models.ForeignKey(
         "self",
@@ -96,6 +99,8 @@ class User(AbstractBaseUser, PermissionsMixin):
                 condition=Q(system_role__isnull=False),
                 name="one_account_per_system_role_shard",
             ),
+            # One account per number, compared as transfers find it (accounts/phones.py).
+            models.UniqueConstraint(phone_normalised(), name="user_phone_normalised_unique"),
         ]
 
     def __str__(self) -> str:

@@ -21,6 +21,7 @@ from accounts.limits import (
     snapshot_join_params,
 )
 from accounts.models import Asset, Balance, Entry, Posting, User
+from accounts.phones import normalise_phone, phone_normalised, phone_normalised_sql
 from exchange.runtime import replicas
 
 
@@ -31,16 +32,19 @@ def api_key_list(*, user: User) -> tuple[KeyRecord, ...]:
     return keyring.keys if keyring else ()
 
 
-def _address_key(address: str) -> tuple[str, str]:
-    """The column and value a recipient address is found by: an e-mail (any case) or a phone number."""
+def _address_key(address: str) -> tuple[str, str | None]:
+    """What a recipient address is found by: an e-mail (any case), or a phone number compared
+    normalised (accounts/phones.py: the unique index's expression)."""
     address = address.strip()
-    return ("email", address.lower()) if "@" in address else ("phone", address)
+    return ("email", address.lower()) if "@" in address else ("phone", normalise_phone(address))
 
 
 def user_get_by_address(*, address: str) -> User | None:
-    """A user by e-mail (case-insensitive) or phone number."""
+    """A user by e-mail (case-insensitive) or phone number (normalised)."""
     column, value = _address_key(address)
-    return User.objects.filter(**{column: value}).first()
+    if column == "email":
+        return User.objects.filter(email=value).first()
+    return User.objects.alias(number=phone_normalised()).filter(number=value).first() if value else None
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,9 @@ def transfer_parties(*, sender_id: int, address: str) -> tuple[UserRef | None, L
     """The recipient of a transfer (found as user_get_by_address finds the user) and the sender's
     limit snapshot (accounts.limits.LimitSnapshot), in one prepared statement: one round trip."""
     column, value = _address_key(address)
-    match = (  # e-mails are unique; a phone number may not be: then the first, as .first() takes it
-        "r.email = %s" if column == "email" else "r.id = (SELECT id FROM accounts_user WHERE phone = %s LIMIT 1)"
-    )
+    # E-mails are unique, and so are phone numbers compared normalised: the number is matched by
+    # the expression of its unique index (accounts/phones.py), which serves this look-up.
+    match = "r.email = %s" if column == "email" else f"{phone_normalised_sql('r.phone')} = %s"
     rows = fetch_prepared(  # the f-string joins this module's constant SQL; values are parameters
         f"SELECT r.id, r.system_role, r.is_active, r.is_frozen, r.master_id, r.is_virtual, {SNAPSHOT_COLUMNS}"  # noqa: S608
         " FROM (SELECT CAST(%s AS bigint) AS id) s"

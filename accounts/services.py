@@ -9,11 +9,16 @@ import string
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import models, transaction
 from django.db.models import Q
 
 from accounts.crypto import encrypt_secret
 from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, ApiKeyType, Balance, LedgerAccount, User
+from accounts.phones import NOT_E164, is_e164, normalise_phone, phone_normalised
+from exchange.backoffice import changes as backoffice_changes
+from exchange.backoffice.services import require_reason, staff_action, summary
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +38,31 @@ def address_is_reserved(email: str) -> bool:
     return domain == reserved or domain.endswith("." + reserved)
 
 
+PHONE_TAKEN = "Another account has this phone number (numbers are compared without spaces, dashes and brackets)."
+EMAIL_TAKEN = "An account with this e-mail already exists."
+
+
+def phone_clean(phone: str | None, *, exclude_id: int | None = None) -> str | None:
+    """`phone` as it is stored: normalised (accounts/phones.py), E.164, and no other account's
+    number. Raises ValueError. The database's unique index on the normalised value decides races."""
+    number = normalise_phone(phone)
+    if number is None:
+        return None
+    if not is_e164(number):
+        raise ValueError(NOT_E164)
+    if phone_holder_id(number, exclude_id=exclude_id) is not None:
+        raise ValueError(PHONE_TAKEN)
+    return number
+
+
+def phone_holder_id(number: str, *, exclude_id: int | None = None) -> int | None:
+    """The account whose number is `number` once normalised, by the unique index's expression."""
+    holders = User.objects.alias(number=phone_normalised()).filter(number=normalise_phone(number))
+    if exclude_id is not None:
+        holders = holders.exclude(pk=exclude_id)
+    return holders.values_list("pk", flat=True).first()
+
+
 def user_create(
     *,
     email: str,
@@ -46,7 +76,7 @@ def user_create(
     if address_is_reserved(email) and not (is_virtual and master is not None):
         raise ValueError("This e-mail domain is reserved for virtual sub-accounts.")
     return User.objects.create_user(
-        email=email, password=password, phone=phone or None, master=master, is_virtual=is_virtual
+        email=email, password=password, phone=phone_clean(phone), master=master, is_virtual=is_virtual
     )
 
 
@@ -105,6 +135,128 @@ def user_set_master(*, user: User, master_id: int | None) -> User:
     user.save(update_fields=["master"])
     logger.info("account %s now has master %s", user.pk, master_id or "-")
     return user
+
+
+# --- staff changes of accounts (the admin's user pages call these) --------------------------------
+
+# What makes a user staff, superuser or gives them permissions: only superusers set these.
+PRIVILEGE_FIELDS = ("is_staff", "is_superuser", "groups", "user_permissions")
+FOUR_EYES_ALONE = (
+    "Change the fields that wait for a second Administrator (e-mail, phone, master, virtual, limit tier, "
+    "withdrawal whitelist) on their own, then the other fields."
+)
+
+
+def may_edit_user(editor: User, target: User) -> bool:
+    """Whether `editor` may change `target`'s record (its e-mail, password, status...). A superuser
+    may change anyone; anyone else only customers' records and their own: another staff member's
+    record (its password or e-mail above all) would be a way into that member's permissions, and
+    a superuser's into everything."""
+    if editor.is_superuser:
+        return True
+    if target.system_role is not None:  # the service's own ledger accounts: never an operator's to change
+        return False
+    return target.pk == editor.pk or not (target.is_staff or target.is_superuser)
+
+
+def email_clean(email: str, *, exclude_id: int | None = None, keep: str | None = None) -> str:
+    """`email` as it is stored (lower case) when it may be an account's address: a valid e-mail, not
+    another account's, and not in the virtual sub-accounts' space unless it is `keep` (the account's
+    own address, unchanged). Raises ValueError."""
+    email = (email or "").strip().lower()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise ValueError("Enter a valid e-mail address.") from None
+    if User.objects.filter(email=email).exclude(pk=exclude_id).exists():
+        raise ValueError(EMAIL_TAKEN)
+    if address_is_reserved(email) and email != (keep or "").lower():
+        raise ValueError("This e-mail domain is reserved for virtual sub-accounts.")
+    return email
+
+
+def _require_staff(actor: User, permission: str) -> None:
+    if not (actor.is_active and actor.is_staff and actor.has_perm(permission)):
+        raise StaffChangeRefused("You may not change accounts.")
+
+
+def user_change_by_staff(*, actor: User, user: User, changes: dict, reason: str | None):
+    """A staff member's change of an account's fields (`changes`: {field: new value}, the fields
+    that changed), with a reason; returns exchange.backoffice.changes.ChangeOutcome.
+
+    The fields that decide where money addressed to someone lands or who owns an account's money
+    (e-mail, phone, master, virtual, limit tier, and the withdrawal whitelist switched off:
+    accounts/controls.py) are never applied by one person: they go through
+    exchange.backoffice.changes.change_submit, which proposes them for a second Administrator
+    (audited as account.propose, applied by account.approve), and they change on their own, not
+    beside other fields. Any other field is applied at once, audited as account.change. Refused
+    (StaffChangeRefused, ChangeRefused, ReasonRequired) for someone who may not change `user`, for
+    privilege fields unless a superuser asks, and for an e-mail or phone another account has."""
+    reason = require_reason(reason)
+    _require_staff(actor, "accounts.change_user")
+    stored = User.objects.get(pk=user.pk)  # as it is, not as a form may have changed the object in memory
+    if not may_edit_user(actor, stored):
+        raise StaffChangeRefused("Staff and house accounts are not yours to change.")
+    if not actor.is_superuser and set(changes) & set(PRIVILEGE_FIELDS):
+        raise StaffChangeRefused("Only a superuser changes staff status, groups and permissions.")
+    values = dict(changes)
+    try:
+        if "email" in values:
+            values["email"] = email_clean(values["email"], exclude_id=stored.pk, keep=stored.email)
+        if "phone" in values:
+            values["phone"] = phone_clean(values["phone"], exclude_id=stored.pk)
+    except ValueError as exc:
+        raise StaffChangeRefused(str(exc)) from exc
+    four_eyes = {name: value for name, value in values.items() if name in backoffice_changes.guarded(User).fields}
+    if four_eyes:
+        if len(four_eyes) != len(values):
+            raise StaffChangeRefused(FOUR_EYES_ALONE)
+        return backoffice_changes.change_submit(actor=actor, obj=stored, changes=four_eyes, reason=reason)
+    fields = tuple(name for name in values if name not in ("groups", "user_permissions", "password"))
+    with transaction.atomic():
+        current = User.objects.select_for_update().get(pk=stored.pk)
+        with staff_action(
+            actor=actor, action="account.change", reason=reason, target=current, before=summary(current, fields)
+        ) as draft:
+            for name in fields:
+                value = values[name]
+                setattr(
+                    current, User._meta.get_field(name).attname, value.pk if isinstance(value, models.Model) else value
+                )
+            if fields:
+                current.save(update_fields=[User._meta.get_field(name).attname for name in fields])
+            draft.after = {**summary(current, fields), "changed": sorted(changes)}
+    return backoffice_changes.ChangeOutcome(applied=True, changed=dict(values), obj=current)
+
+
+def user_create_by_staff(
+    *, actor: User, email: str, phone: str | None, password: str | None, master: User | None, reason: str | None
+):
+    """An account made in the back office, with a reason (audited as account.create); returns the
+    account and, when `master` is given, the proposal that makes it `master`'s sub-account. The
+    account is always created as a master of its own: a sub-account is its master's money (the
+    master moves it), so putting an account under someone's master waits for a second
+    Administrator like any change of master (exchange.backoffice.changes; proposed here, audited as
+    account.propose). Refused (StaffChangeRefused, ReasonRequired) without the permission or for an
+    e-mail or phone another account has."""
+    reason = require_reason(reason)
+    _require_staff(actor, "accounts.add_user")
+    try:
+        email = email_clean(email)
+        number = phone_clean(phone)
+    except ValueError as exc:
+        raise StaffChangeRefused(str(exc)) from exc
+    with transaction.atomic():  # a master refused (accounts.controls) undoes the creation too
+        with staff_action(actor=actor, action="account.create", reason=reason) as draft:
+            user = user_create(email=email, phone=number, password=password)
+            draft.target = user
+            draft.after = {**summary(user, ("email", "phone", "master")), "master_asked": master.pk if master else None}
+        proposal = None
+        if master is not None:
+            proposal = backoffice_changes.change_submit(
+                actor=actor, obj=user, changes={"master": master.pk}, reason=reason
+            )
+    return user, proposal
 
 
 def normalize_key_types(types: list[str] | None) -> list[str]:

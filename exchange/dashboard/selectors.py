@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounts.ledger.models import Asset, Balance, BalanceChange, Entry, LedgerCheckRun, Posting
 from accounts.ledger.posting import decimal_from_db
 from accounts.models import ApiKey, SystemRole, User
+from accounts.phones import normalise_phone
 from convert.models import Order
 from exchange.api.models import RateLimitBan
 from exchange.dashboard import activity
@@ -220,11 +221,12 @@ def dashboard_get(*, now: datetime | None = None) -> dict:
 
 
 def customer_search(query: str) -> list[User]:
-    """Accounts (never the house's) by user id, e-mail (exact, case-insensitive) or phone (exact)."""
+    """Accounts (never the house's) by user id, e-mail (exact, case-insensitive) or phone (compared
+    normalised, as stored: accounts/phones.py)."""
     query = query.strip()
     if not query:
         return []
-    match = Q(email__iexact=query) | Q(phone=query)
+    match = Q(email__iexact=query) | Q(phone=normalise_phone(query) or query)
     if query.isdigit():
         match |= Q(pk=int(query))
     return list(User.objects.filter(match, system_role__isnull=True).order_by("id")[:20])

@@ -15,6 +15,7 @@ from accounts.crypto import decrypt_secret
 from accounts.models import ApiKey, ApiKeyStatus, User
 from exchange.api import ratelimit
 from exchange.api.models import RateLimitBan
+from exchange.backoffice.models import StaffAction
 from exchange.platform import services
 from exchange.platform.models import BusinessStatus
 from tests.support.assertions import assert_error
@@ -388,17 +389,34 @@ def test_a_customer_cannot_open_the_admin(customer):
 
 def _add_user(client: Client, **fields):
     data = {"email": "", "phone": "", "master": "", "password1": "Pw-for-tests-123", "password2": "Pw-for-tests-123"}
-    data.update({"_save": "Save", **fields})
+    data.update({"reason": "ticket 12: new customer", "_save": "Save", **fields})
     return client.post(reverse("admin:accounts_user_add"), data)
 
 
-def test_operations_add_a_customer_account(ops, master):
-    response = _add_user(ops, email="new.customer@test.example", phone="+639170000099", master=str(master.pk))
+def test_operations_add_a_customer_account(ops, ops_user):
+    """Audited, with its reason; the phone stored normalised. (Under a master: issue 34,
+    tests/backoffice/test_identifiers_four_eyes.py.)"""
+    response = _add_user(ops, email="new.customer@test.example", phone="+63 (917) 000-0099")
     assert response.status_code == 302, response.content[:800]
     user = User.objects.get(email="new.customer@test.example")
-    assert user.master == master
+    assert user.master is None
+    assert user.phone == "+639170000099"
     assert user.check_password("Pw-for-tests-123")
     assert not user.is_staff
+    created = StaffAction.objects.get(action="account.create")
+    assert (created.actor, created.object_id, created.reason) == (ops_user, str(user.pk), "ticket 12: new customer")
+
+
+def test_adding_an_account_needs_a_reason_and_a_phone_nobody_has(ops, make_user):
+    make_user(phone="+639170000099")
+    no_reason = _add_user(ops, email="a@test.example", reason="")
+    assert no_reason.status_code == 200
+    assert "reason" in no_reason.context["adminform"].form.errors
+    taken = _add_user(ops, email="b@test.example", phone="+63 917 000 0099")
+    assert taken.status_code == 200
+    assert "Another account has this phone number" in str(taken.context["adminform"].form.errors["phone"])
+    assert not User.objects.filter(email__in=["a@test.example", "b@test.example"]).exists()
+    assert not StaffAction.objects.exists()
 
 
 def test_admin_stores_an_email_the_way_the_service_does(root):

@@ -14,7 +14,7 @@ from django.test import override_settings
 from accounts.crypto import decrypt_secret
 from accounts.demo import CUSTOMER_FUNDING
 from accounts.models import ApiKey, ApiKeyStatus, User
-from tests.support.assertions import assert_error
+from tests.support.assertions import assert_balance, assert_error
 from tests.support.client import SignedClient
 from wallet.models import Network, WhitelistAddress
 
@@ -58,6 +58,25 @@ def test_demo_is_idempotent():
     second = run("demo", "--json")
     assert json.loads(second) == json.loads(first)
     assert (customers.count(), ApiKey.objects.count()) == (users, keys)
+
+
+def test_demo_leaves_a_number_another_account_has_to_that_account(make_user, caplog):
+    """Phone numbers are unique compared normalised (issue 34): the demo's peer is created without
+    its number when an account already has it, written another way; the transfer to it still
+    reaches that account."""
+    holder = make_user(email="holder@test.example")
+    User.objects.filter(pk=holder.pk).update(phone="+63 917 000 0002")  # as stored before the rule
+    world = demo()
+    assert world["peer"]["phone"] is None
+    assert User.objects.get(email="peer@demo.exchange").phone is None
+    assert "peer@demo.exchange is created without its phone number" in caplog.text
+    master = SignedClient(world["master"]["api_key"], world["master"]["secret_key"])
+    response = master.post(
+        "/openapi/transfer/v4/transfers", {"account": "PHP", "target_address": "+639170000002", "amount": "1"}
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["transfer"]["target_address"] == "+639170000002"
+    assert_balance(holder, "PHP", "1")
 
 
 def test_demo_relations_and_key_types():

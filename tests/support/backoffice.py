@@ -4,10 +4,12 @@ Everything is made through the services, as the customer's own requests would ma
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from itertools import count
 
 from django.test import override_settings
+from django.urls import reverse
 
 from accounts.models import User
 from exchange.api import ratelimit
@@ -74,3 +76,38 @@ def held_deposit(user: User, amount: str = "20") -> Deposit:
 
 def banned_ip(ip: str = "192.0.2.77") -> RateLimitBan:
     return ratelimit.rate_limit_ban_create(ip=ip, reason="continued after 429")
+
+
+# --- the account's change page, as staff post it --------------------------------------------------
+
+
+def user_form(client, user: User, **changed) -> dict:
+    """The account's change form as its page shows it (its inputs' values), with `changed` on top."""
+    html = client.get(reverse("admin:accounts_user_change", args=[user.pk])).content.decode()
+    form = {"_save": "Save"}
+    for tag in re.findall(r"<input[^>]*>", html):
+        name = re.search(r'name="([^"]+)"', tag)
+        if name is None or name.group(1) in ("csrfmiddlewaretoken", "reason"):
+            continue
+        kind = re.search(r'type="([^"]+)"', tag)
+        value = re.search(r'value="([^"]*)"', tag)
+        if kind and kind.group(1) == "checkbox":
+            if " checked" in tag:
+                form[name.group(1)] = "on"
+            continue
+        form[name.group(1)] = value.group(1) if value else ""
+    for select in re.finditer(r'<select name="([^"]+)"[^>]*>(.*?)</select>', html, re.S):
+        chosen = re.search(r'<option value="([^"]*)"[^>]*selected', select.group(2))
+        form[select.group(1)] = chosen.group(1) if chosen else ""
+    form.update(changed)
+    return form
+
+
+def change_user(client, user: User, **changed):
+    """Post the account's change page with `changed` (and `reason`), following the redirect."""
+    url = reverse("admin:accounts_user_change", args=[user.pk])
+    return client.post(url, user_form(client, user, **changed), follow=True)
+
+
+def page_messages(response) -> list[str]:
+    return [str(message) for message in response.context["messages"]]

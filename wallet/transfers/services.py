@@ -5,7 +5,6 @@ transfer id is unique per sender (a database constraint), so a repeat moves noth
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,6 +18,7 @@ from accounts import ledger, limits, policy
 from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry, LedgerAccount, Posting
 from accounts.models import SystemRole, User
+from accounts.phones import is_e164, normalise_phone
 from accounts.selectors import UserRef, transfer_parties
 from exchange.backoffice.services import require_reason, staff_action, summary
 from exchange.runtime.ttlcache import TtlCache
@@ -29,9 +29,9 @@ from wallet.services import approval_value_of, fits_precision
 logger = logging.getLogger(__name__)
 
 
-# A recipient's phone number is E.164 (`+` and 7 to 15 digits): a number sent as `%2B63...` and
-# resent raw as `+63...` (read as a space) must not find another account (docs/security.md, M2).
-_E164 = re.compile(r"\+[1-9][0-9]{6,14}")
+# A recipient's phone number is E.164 (`+` and 7 to 15 digits) once normalised as stored numbers
+# are (accounts/phones.py: spaces, dashes and brackets ignored): a number sent as `%2B63...` and
+# resent raw as `+63...` (the `+` read as a space) must not find another account (docs/security.md, M2).
 
 assets = TtlCache(10.0)
 transfer_fees = TtlCache(10.0)
@@ -138,7 +138,7 @@ def transfer_create(
     policy.require_priced(asset, valuation_currency=tier.currency if tier else None)
     fee = transfer_fees.get(asset.pk, lambda: _fee_of(asset))
     request = _Request(asset, target_address, amount, client_transfer_id)
-    if "@" not in target_address and not _E164.fullmatch(target_address.strip()):
+    if "@" not in target_address and not is_e164(normalise_phone(target_address.strip())):
         _refuse_unreachable(sender, request, amount + fee)
     # One statement: the recipient, and the sender's limit counters with its ledger seq (the limit
     # check runs on them now, and again under the lock only if it refused or the seq has moved).
