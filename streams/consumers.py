@@ -17,15 +17,24 @@ bound, and the others on the account go on (checked by the watcher, and at each 
 
 Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on one listenKey and
 STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
-STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond); at most
-STREAM_MESSAGES_PER_SECOND client messages a second (-1003 beyond, 4005 for a client that keeps on).
+STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond), holding at most
+MAX_MESSAGE_CONTAINERS arrays and objects, so nested at most that deep (-1010 beyond, counted
+before parsing); at most STREAM_MESSAGES_PER_SECOND
+client messages a second (-1003 beyond, 4005 for a client that keeps on).
+
+However a connection ends (the client's close, ours, or an exception in the consumer), it ends in
+one cleanup (`_cleanup`): its place in the caps, its watcher entry, its hub registration and its
+tasks are given back (issue 34, finding 6: an exception used to end it with 1011 and no
+`disconnect()`, its place counted until restart). An exception is logged and closes it with 1011.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 import time
 import uuid
 from collections import deque
@@ -68,6 +77,23 @@ MAX_PENDING_FRAMES = 2000
 SEND_SLICE = 256
 # Messages refused for the rate without a quiet second between them, before the connection closes.
 REFUSALS_BEFORE_CLOSE = 10
+# How many arrays and objects a client message may hold (a SUBSCRIBE holds 2), so also how deep it
+# may nest. Checked before parsing: a message of 100,000 `[` made the parser raise RecursionError,
+# which ended the connection (issue 34, finding 6).
+MAX_MESSAGE_CONTAINERS = 16
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def containers_in(text: str) -> int:
+    """How many arrays and objects the JSON `text` opens, without parsing it: its `[` and `{`
+    outside strings. Two counts in C when there are few brackets at all (every real request);
+    else the strings are dropped first (one regex pass: ~12 ms for 100,000 characters of tiny
+    strings, the worst case, at most STREAM_MESSAGES_PER_SECOND times a second)."""
+    opened = text.count("[") + text.count("{")
+    if opened <= MAX_MESSAGE_CONTAINERS:
+        return opened
+    outside = _JSON_STRING.sub("", text)
+    return outside.count("[") + outside.count("{")
 
 
 def _setting(name: str, default):
@@ -147,6 +173,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     lease: Lease | None = None  # counted in the caps while set
     listener: Listener | None = None  # registered with the hub while set
     closing = False
+    cleaned = False  # _cleanup ran
     wire: Wire | None = None  # Daphne's socket, written directly (streams/wire.py); else the outbox
 
     async def __call__(self, scope, receive, send):
@@ -160,8 +187,19 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
         self.channel_name = f"ws.{uuid.uuid4().hex}"
         self.base_send = send
-        with contextlib.suppress(StopConsumer):
+        try:
             await await_many_dispatch([receive], self.dispatch)
+        except StopConsumer:
+            pass
+        except Exception:
+            # Whatever failed (a bug, a library's error): logged, the connection closed as a server
+            # error, and its places given back below (Daphne would close it 1011 but never call
+            # disconnect(), leaving it counted in the caps).
+            logger.exception("A websocket connection failed; closing it (1011)")
+            with contextlib.suppress(Exception):
+                await self.close(code=CLOSE_SERVER_ERROR)
+        finally:
+            await self._cleanup()
 
     async def connect(self) -> None:
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
@@ -217,15 +255,26 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.tasks = [asyncio.create_task(self._max_age()), asyncio.create_task(self._send_frames())]
 
     async def disconnect(self, code) -> None:
-        watcher.unwatch(self)
-        for task in getattr(self, "tasks", ()):
-            task.cancel()
-        if self.listener is not None:
-            self.hub.drop_all(self.listener)
-            await self.hub.settle()
-        lease, self.lease = self.lease, None
-        if lease is not None:
-            await _release(lease)
+        await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        """Give back what the connection holds, whichever way it ended (the client's close, an
+        exception, a cancellation); a second call does nothing. The lease is returned even if
+        something before it fails."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        try:
+            watcher.unwatch(self)
+            for task in getattr(self, "tasks", ()):
+                task.cancel()
+            if self.listener is not None:
+                self.hub.drop_all(self.listener)
+                await self.hub.settle()
+        finally:
+            lease, self.lease = self.lease, None
+            if lease is not None:
+                await _release(lease)
 
     # --- streams -----------------------------------------------------------------------------
 
@@ -298,10 +347,20 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         if not self.bucket.take():
             await self._refuse_for_rate()
             return
-        try:
-            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
-        except ValueError:  # not JSON
+        if not text_data:
             await self._error(None, BadRequest.code, "Invalid request: not JSON.")
+            return
+        if containers_in(text_data) > MAX_MESSAGE_CONTAINERS:
+            await self._error(
+                None, BadRequest.code, f"Invalid request: more than {MAX_MESSAGE_CONTAINERS} arrays and objects."
+            )
+            return
+        try:
+            content = json.loads(text_data)
+        except (ValueError, RecursionError):  # not JSON (RecursionError: cannot happen, depth bounded above)
+            await self._error(None, BadRequest.code, "Invalid request: not JSON.")
+            return
+        await self.receive_json(content, **kwargs)
 
     async def _refuse_for_rate(self) -> None:
         """Beyond the rate a message is answered -1003 (unread); a client that keeps on sending

@@ -8,7 +8,9 @@ catches each up from the change feed once for all the process's connections: the
 messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
 that count the process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
 The deletion counter bounds a revocation whose close message the channel layer lost to about
-STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. At the same pace it
+STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. Without Redis the
+store and the channel layer are this process's: another process's revocation moves the keyring's
+read of the database's revocation log instead (accounts/keyring.py), followed the same way. At the same pace it
 asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS), in memory and
 one ioctl per connection, so that a client that stopped reading is cut off between frames too.
 
@@ -30,6 +32,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from accounts.keyring import keyrings
 from exchange.runtime.outage import Outage
 from streams import hub, relay
 from streams.store import Lease, connection_lease_seconds, store
@@ -66,9 +69,14 @@ def _look_up(keys: list[str], accounts: list[int]) -> tuple[dict[str, int | None
     return owners, seqs
 
 
-def _deletions() -> int | None:
+def _deletions() -> object | None:
+    """What moves when a listenKey may have died elsewhere: the store's deletion counter and,
+    without Redis (the embedded mode, whose store is this process's memory), where the keyring's
+    last read of the database's revocation log ended: a `manage.py` command that disables a key,
+    freezes an account or closes a listenKey reaches the server only through that log."""
     try:
-        return store().deletions()
+        seen = store().deletions()
+        return seen if settings.REDIS_URL else (seen, keyrings.revocations())
     except Exception:  # the check itself reports a store that cannot be reached
         logger.debug("Could not read the listenKey deletion counter", exc_info=True)
         return None
