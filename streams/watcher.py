@@ -35,6 +35,7 @@ from django.conf import settings
 from accounts.keyring import keyrings
 from exchange.runtime.outage import Outage
 from streams import hub, relay
+from streams.selectors import listen_key_owners
 from streams.store import Lease, connection_lease_seconds, store
 
 
@@ -60,9 +61,13 @@ CHUNK = 1000  # keys per MGET, accounts per query
 
 
 def _look_up(keys: list[str], accounts: list[int]) -> tuple[dict[str, int | None], dict[int, int]]:
+    # Without Redis the store is this process's memory, where another process's revocation never
+    # lands: the keys are also checked in the database (closed record, disabled holder, frozen or
+    # inactive account; two queries), as a connect is.
+    owners_of = store().owners if settings.REDIS_URL else listen_key_owners
     owners: dict[str, int | None] = {}
     for start in range(0, len(keys), CHUNK):
-        owners.update(store().owners(keys[start : start + CHUNK]))
+        owners.update(owners_of(keys[start : start + CHUNK]))
     seqs: dict[int, int] = {}
     for start in range(0, len(accounts), CHUNK):
         seqs.update(relay.current_seqs(accounts[start : start + CHUNK]))
