@@ -30,7 +30,8 @@ operator's `apikey disable`, a shell) change keys from others, on the same datab
 finding 4: the server trusted its cache for ever). There the revocation log is two tables of that
 database (accounts.models.RevocationSequence and RevocationLog): the change's own transaction bumps
 the counter (its row lock orders the entries as they commit) and appends the account, so the entry
-commits with the change or not at all; every process reads the entries after the last one it saw
+commits with the change or not at all (a save made outside a transaction has committed already:
+its entry follows at once, in a transaction of its own); every process reads the entries after the last one it saw
 every API_KEY_REVOCATION_SECONDS / 4 (two small queries) and trusts its cache on the same terms as
 above. The streams' watcher follows the same reads (`revocations()`, streams/watcher.py).
 
