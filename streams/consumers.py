@@ -19,8 +19,8 @@ Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on 
 STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
 STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond), holding at most
 MAX_MESSAGE_CONTAINERS arrays and objects, so nested at most that deep (-1010 beyond, counted
-before parsing); at most STREAM_MESSAGES_PER_SECOND
-client messages a second (-1003 beyond, 4005 for a client that keeps on).
+before parsing); at most STREAM_MESSAGES_PER_SECOND client messages a second (-1003 beyond, 4005
+for a client that keeps on).
 
 However a connection ends (the client's close, ours, or an exception in the consumer), it ends in
 one cleanup (`_cleanup`): its place in the caps, its watcher entry, its hub registration and its
