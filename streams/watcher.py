@@ -1,8 +1,8 @@
 """One watcher per server event loop for all its websocket connections: every
 STREAM_KEY_CHECK_SECONDS, and at once (within STREAM_REVOCATION_CHECK_SECONDS, one GET of the
 store's deletion counter) when a listenKey was deleted anywhere, it looks up every connection's
-listenKeys (one MGET; without Redis, also in the database, as a connect does) and the current sequence of every account the process's hub follows (one
-query), in one hop to a thread, then tells each connection whose key died (it closes, or drops a
+listenKeys (one MGET; without Redis, also in the database, as a connect does) and the current
+sequence of every account the process's hub follows (one query), in one hop to a thread, then tells each connection whose key died (it closes, or drops a
 further key) and the hub which accounts have changes committed beyond what it dispatched (it
 catches each up from the change feed once for all the process's connections: the backstop for
 messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
