@@ -1,18 +1,19 @@
-"""One watcher per server event loop for all its websocket connections: every
-STREAM_KEY_CHECK_SECONDS, and at once (within STREAM_REVOCATION_CHECK_SECONDS, one GET of the
-store's deletion counter) when a listenKey was deleted anywhere, it looks up every connection's
-listenKeys (one MGET; without Redis, also in the database, as a connect does) and the current
-sequence of every account the process's hub follows (one query), in one hop to a thread, then tells each connection whose key died (it closes, or drops a
-further key) and the hub which accounts have changes committed beyond what it dispatched (it
-catches each up from the change feed once for all the process's connections: the backstop for
+"""One watcher per server event loop for all its websocket connections: every STREAM_KEY_CHECK_SECONDS,
+and at once (within STREAM_REVOCATION_CHECK_SECONDS, one GET of the store's deletion counter) when a
+listenKey was deleted anywhere, it looks up every connection's listenKeys (one MGET; without Redis,
+also in the database, as a connect does) and the current sequence of every account the process's hub
+follows (one query), in one hop to a thread, then tells each connection whose key died (it closes,
+or drops a further key) and the hub which accounts have changes committed beyond what it dispatched
+(it catches each up from the change feed once for all the process's connections: the backstop for
 messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
 that count the process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
 The deletion counter bounds a revocation whose close message the channel layer lost to about
 STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. Without Redis the
 store and the channel layer are this process's: another process's revocation moves the keyring's
-read of the database's revocation log instead (accounts/keyring.py), followed the same way. At the same pace it
-asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS), in memory and
-one ioctl per connection, so that a client that stopped reading is cut off between frames too.
+read of the database's revocation log instead (accounts/keyring.py), followed the same way. At the
+same pace it asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS),
+in memory and one ioctl per connection, so that a client that stopped reading is cut off between
+frames too.
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.
