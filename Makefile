@@ -57,7 +57,7 @@ EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tes
 	tests/ledger/test_house_shards.py tests/convert/test_accept.py tests/subaccounts/test_transfers.py \
 	tests/subaccounts/test_collect.py tests/subaccounts/test_clients.py tests/backoffice/test_dashboard.py \
 	tests/exchange/test_amount_bounds.py tests/wallet/test_transfer_recipients.py tests/ledger/test_check.py \
-	tests/convert/test_no_arbitrage.py tests/backoffice/test_identifiers_four_eyes.py
+	tests/convert/test_no_arbitrage.py tests/backoffice/test_identifiers_four_eyes.py tests/accounts/test_keyring_database_log.py
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -25,6 +25,16 @@ by the others; if the pub/sub message is lost, within API_KEY_REVOCATION_SECONDS
 that dies between its commit and its after-commit step (it writes neither) leaves the others on
 API_KEY_CACHE_SECONDS at worst.
 
+Without Redis (the embedded `make run`) the server is one process, but `manage.py` commands (an
+operator's `apikey disable`, a shell) change keys from others, on the same database (issue 34,
+finding 4: the server trusted its cache for ever). There the revocation log is two tables of that
+database (accounts.models.RevocationSequence and RevocationLog): the change's own transaction bumps
+the counter (its row lock orders the entries as they commit) and appends the account, so the entry
+commits with the change or not at all (a save made outside a transaction has committed already:
+its entry follows at once, in a transaction of its own); every process reads the entries after the last one it saw
+every API_KEY_REVOCATION_SECONDS / 4 (two small queries) and trusts its cache on the same terms as
+above. The streams' watcher follows the same reads (`revocations()`, streams/watcher.py).
+
 Unknown keys are remembered too (issue 25, finding 5): each one the database did not know costs a
 query, so a process asks about the same unknown key at most once per API_KEY_CACHE_SECONDS. A key
 created later must work at once, and the invalidation of its account names the account, not the
@@ -37,6 +47,7 @@ how many different unknown keys one address can have looked up.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
@@ -49,11 +60,12 @@ from dataclasses import dataclass, field
 
 from cryptography.fernet import InvalidToken
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db.models import F
 
 from accounts.crypto import decrypt_secret
 from accounts.ledger.posting import fetch_prepared
-from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
+from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, RevocationLog, RevocationSequence, User
 from exchange.api.signing import signer
 from exchange.runtime import redis_clients
 from exchange.runtime.outage import Outage
@@ -63,6 +75,10 @@ logger = logging.getLogger(__name__)
 # then every 10 s, then when they are back (exchange/runtime/outage.py).
 LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
 LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
+# The log's identity in the database (embedded): the Redis log's is a random text, never this one.
+DATABASE_LOG_ID = "database"
+# The database log is trimmed to its newest LOG_LENGTH entries every TRIM_EVERY appends.
+TRIM_EVERY = 1000
 
 INVALIDATE_CHANNEL = "exchange:keyring:invalidate"  # + ":<database number>", see _channel
 # The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)
@@ -212,15 +228,15 @@ class KeyringCache:
         # The revocation log as this process last read it (only the reader thread writes these).
         self._log_reader: threading.Thread | None = None
         self._log_position: tuple[str, int] | None = None  # (log id, sequence)
-        # Cached keyrings are used until then: the start of the last complete read of the log plus
-        # API_KEY_REVOCATION_SECONDS; forever without Redis (one process). A float, so that the
+        # Cached keyrings are used until then: the start of the last complete read of the log (Redis's,
+        # or the database's without Redis) plus API_KEY_REVOCATION_SECONDS. A float, so that the
         # request path reads no setting (a setting costs ~3 us, this check ~0.1 us).
         self._trust_until = -math.inf
         self._synced = threading.Event()
 
     def _fresh(self, ring: Keyring | None, now: float) -> bool:
-        """Whether a cached keyring may be used: not expired and, with Redis (several processes),
-        this process read the revocation log recently enough."""
+        """Whether a cached keyring may be used: not expired, and this process read the revocation
+        log recently enough."""
         return ring is not None and ring.expires_at > now and now < self._trust_until
 
     def _get(self, user_id: int) -> Keyring | None:
@@ -339,8 +355,11 @@ class KeyringCache:
     # --- cross-process invalidation ---------------------------------------------------------
 
     def invalidate(self, user_id: int) -> None:
-        """Evict now (this process) and again after commit, everywhere."""
+        """Evict now (this process) and again after commit, everywhere. Without Redis the change's
+        own transaction also appends it to the database's revocation log (other processes)."""
         self.evict(user_id)
+        if not settings.REDIS_URL:
+            log_revocation(user_id)
         transaction.on_commit(lambda: self._evict_everywhere(user_id))
 
     def _evict_everywhere(self, user_id: int) -> None:
@@ -357,22 +376,33 @@ class KeyringCache:
             logger.exception("Could not publish a keyring invalidation")
 
     def sync(self) -> None:
-        """Read the revocation log from where this process left it and evict what it names."""
+        """Read the revocation log (Redis's, or the database's without Redis) from where this
+        process left it and evict what it names."""
         started = time.monotonic()
         last = self._log_position[1] if self._log_position is not None else 0
-        reply = _log_client().eval(_LOG_READ, len(LOG_KEYS), *LOG_KEYS, last, LOG_LENGTH)
-        log_id, sequence = _text(reply[0]), int(reply[1])
-        members = reply[2] if len(reply) > 2 else []
+        if settings.REDIS_URL:
+            reply = _log_client().eval(_LOG_READ, len(LOG_KEYS), *LOG_KEYS, last, LOG_LENGTH)
+            log_id, sequence = _text(reply[0]), int(reply[1])
+            members = [int(_text(member).split(":", 1)[0]) for member in (reply[2] if len(reply) > 2 else [])]
+        else:
+            log_id = DATABASE_LOG_ID
+            sequence, members = _read_database_log(last)
         if self._log_position is None or self._log_position[0] != log_id or sequence < last:
             self.clear()  # first read, or a new log (Redis lost its data): anything may have changed
         elif sequence > last and not members:
             self.clear()  # further behind than the log is long
         else:
-            for account in {int(_text(member).split(":", 1)[0]) for member in members}:
+            for account in set(members):
                 self.evict(account)
         self._log_position = (log_id, sequence)
         self._trust_until = started + settings.API_KEY_REVOCATION_SECONDS
         self._synced.set()
+
+    def revocations(self) -> tuple[str, int] | None:
+        """Where this process's last read of the revocation log ended (log id, sequence): it moves
+        when another process revoked something, at most API_KEY_REVOCATION_SECONDS / 4 after."""
+        self._ensure_reader()
+        return self._log_position
 
     def _read_log(self) -> None:
         interval = settings.API_KEY_REVOCATION_SECONDS / 4
@@ -384,25 +414,32 @@ class KeyringCache:
                 LOG_OUTAGE.failed(exc)
             else:
                 LOG_OUTAGE.ok()
+            finally:  # as a request's end: the database log's reads leave no connection behind
+                with contextlib.suppress(Exception):
+                    close_old_connections()
             time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
-    def _ensure_subscriber(self) -> None:
-        if not settings.REDIS_URL:
-            self._trust_until = math.inf  # one process: every change evicts here at once
-            return
-        if self._trust_until == math.inf:  # Redis configured since (tests): trust the log again
-            self._trust_until = -math.inf
-        if self._subscriber is not None:
+    def _ensure_reader(self) -> None:
+        if self._log_reader is not None:
             return
         with self._lock:
-            if self._subscriber is None:
-                self._subscriber = threading.Thread(target=self._listen, name="keyring-invalidation", daemon=True)
-                self._subscriber.start()
+            if self._log_reader is None:
                 self._log_reader = threading.Thread(target=self._read_log, name="keyring-revocation-log", daemon=True)
                 self._log_reader.start()
-        # Cache nothing before we hear invalidations (bounded: without them, nothing cached is used).
-        self._subscribed.wait(timeout=1.0)
+        # Cache nothing before the first read (bounded: until then, nothing cached is used).
         self._synced.wait(timeout=1.0)
+
+    def _ensure_subscriber(self) -> None:
+        """The log reader, and with Redis the pub/sub listener. Without Redis the log is the
+        database's: other processes (`manage.py apikey disable`) reach this one through it alone."""
+        if settings.REDIS_URL and self._subscriber is None:
+            with self._lock:
+                if self._subscriber is None:
+                    self._subscriber = threading.Thread(target=self._listen, name="keyring-invalidation", daemon=True)
+                    self._subscriber.start()
+            # Cache nothing before we hear invalidations (bounded: without them, nothing cached is used).
+            self._subscribed.wait(timeout=1.0)
+        self._ensure_reader()
 
     def _listen(self) -> None:
         first = True
@@ -421,6 +458,33 @@ class KeyringCache:
             except Exception as exc:  # noqa: BLE001 - it retries every second; the Outage logs it
                 LISTEN_OUTAGE.failed(exc)
                 time.sleep(1)
+
+
+def log_revocation(account_id: int) -> None:
+    """Without Redis: append `account_id` to the database's revocation log, in the caller's
+    transaction (the change commits with its entry, or neither does). A failure is logged and
+    leaves the change alone: other processes then fall back on API_KEY_CACHE_SECONDS."""
+    try:
+        with transaction.atomic():
+            if not RevocationSequence.objects.filter(pk=1).update(value=F("value") + 1):
+                RevocationSequence.objects.create(pk=1, value=1)  # a flushed database (tests)
+            sequence = RevocationSequence.objects.values_list("value", flat=True).get(pk=1)
+            RevocationLog.objects.create(seq=sequence, account_id=account_id)
+            if sequence % TRIM_EVERY == 0:
+                RevocationLog.objects.filter(seq__lte=sequence - LOG_LENGTH).delete()
+    except DatabaseError:
+        logger.exception("Could not append a revocation of account %s to the database's log", account_id)
+
+
+def _read_database_log(last: int) -> tuple[int, list[int]]:
+    """(the log's sequence, the accounts of its entries after `last`); no accounts when the
+    reader is further behind than the log is long (it must then forget everything). The counter is
+    read first: every entry up to it has committed."""
+    sequence = RevocationSequence.objects.filter(pk=1).values_list("value", flat=True).first() or 0
+    if sequence <= last or sequence - last > LOG_LENGTH:
+        return sequence, []
+    rows = list(RevocationLog.objects.filter(seq__gt=last, seq__lte=sequence).values_list("account_id", flat=True))
+    return sequence, rows if len(rows) == sequence - last else []
 
 
 _redis_client = None

@@ -196,6 +196,34 @@ class TierLimit(models.Model):
         return f"{self.tier} {self.period}"
 
 
+class RevocationSequence(models.Model):
+    """The embedded mode's revocation counter (one row, id 1): how many entries the revocation log
+    has ever had. Taken with its row lock in the transaction of the change it counts, so entries
+    commit in their order (accounts/keyring.py, docs/security.md "Embedded revocation")."""
+
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"revocation {self.value}"
+
+
+class RevocationLog(models.Model):
+    """One entry of the embedded mode's revocation log: an account whose keys or state changed, or
+    one of whose listenKeys was closed. Without Redis, every process reads the entries after the
+    last one it saw every API_KEY_REVOCATION_SECONDS / 4 and evicts what they name; the newest
+    LOG_LENGTH (accounts/keyring.py) are kept."""
+
+    seq = models.BigIntegerField(primary_key=True)
+    account_id = models.BigIntegerField()
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"{self.seq}: account {self.account_id}"
+
+
 from accounts.ledger.models import (  # noqa: E402 - the ledger's tables belong to this app
     Asset,
     Balance,
@@ -221,6 +249,8 @@ __all__ = [
     "LimitPeriod",
     "LimitTier",
     "Posting",
+    "RevocationLog",
+    "RevocationSequence",
     "SystemRole",
     "TierLimit",
     "User",

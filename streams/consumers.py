@@ -17,8 +17,14 @@ bound, and the others on the account go on (checked by the watcher, and at each 
 
 Bounds (docs/streams.md): at most STREAM_MAX_CONNECTIONS_PER_KEY connections on one listenKey and
 STREAM_MAX_CONNECTIONS_PER_IP from one client address, counted across processes (store.py); at most
-STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond); at most
+STREAM_MAX_MESSAGE_CHARS characters in a client message (1009 beyond), nested at most 16 levels
+deep (-1010 "not JSON" beyond, measured before parsing by exchange/api/jsontext.py); at most
 STREAM_MESSAGES_PER_SECOND client messages a second (-1003 beyond, 4005 for a client that keeps on).
+
+However a connection ends (the client's close, ours, or an exception in the consumer), it ends in
+one cleanup (`_cleanup`): its place in the caps, its watcher entry, its hub registration and its
+tasks are given back (issue 34, finding 6: an exception used to end it with 1011 and no
+`disconnect()`, its place counted until restart). An exception is logged and closes it with 1011.
 """
 
 from __future__ import annotations
@@ -148,6 +154,7 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
     lease: Lease | None = None  # counted in the caps while set
     listener: Listener | None = None  # registered with the hub while set
     closing = False
+    cleaned = False  # _cleanup ran
     wire: Wire | None = None  # Daphne's socket, written directly (streams/wire.py); else the outbox
 
     async def __call__(self, scope, receive, send):
@@ -161,8 +168,19 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
         self.channel_name = f"ws.{uuid.uuid4().hex}"
         self.base_send = send
-        with contextlib.suppress(StopConsumer):
+        try:
             await await_many_dispatch([receive], self.dispatch)
+        except StopConsumer:
+            pass
+        except Exception:
+            # Whatever failed (a bug, a library's error): logged, the connection closed as a server
+            # error, and its places given back below (Daphne would close it 1011 but never call
+            # disconnect(), leaving it counted in the caps).
+            logger.exception("A websocket connection failed; closing it (1011)")
+            with contextlib.suppress(Exception):
+                await self.close(code=CLOSE_SERVER_ERROR)
+        finally:
+            await self._cleanup()
 
     async def connect(self) -> None:
         self.primary = self.scope["url_route"]["kwargs"]["listen_key"]
@@ -218,15 +236,26 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         self.tasks = [asyncio.create_task(self._max_age()), asyncio.create_task(self._send_frames())]
 
     async def disconnect(self, code) -> None:
-        watcher.unwatch(self)
-        for task in getattr(self, "tasks", ()):
-            task.cancel()
-        if self.listener is not None:
-            self.hub.drop_all(self.listener)
-            await self.hub.settle()
-        lease, self.lease = self.lease, None
-        if lease is not None:
-            await _release(lease)
+        await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        """Give back what the connection holds, whichever way it ended (the client's close, an
+        exception, a cancellation); a second call does nothing. The lease is returned even if
+        something before it fails."""
+        if self.cleaned:
+            return
+        self.cleaned = True
+        try:
+            watcher.unwatch(self)
+            for task in getattr(self, "tasks", ()):
+                task.cancel()
+            if self.listener is not None:
+                self.hub.drop_all(self.listener)
+                await self.hub.settle()
+        finally:
+            lease, self.lease = self.lease, None
+            if lease is not None:
+                await _release(lease)
 
     # --- streams -----------------------------------------------------------------------------
 
@@ -306,10 +335,15 @@ class UserDataConsumer(AsyncJsonWebsocketConsumer):
         if not self.bucket.take():
             await self._refuse_for_rate()
             return
-        try:
-            await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
-        except ValueError:  # not JSON
+        if not text_data:
             await self._error(None, BadRequest.code, "Invalid request: not JSON.")
+            return
+        try:
+            content = await self.decode_json(text_data)  # bounded before parsing (exchange/api/jsontext.py)
+        except ValueError:
+            await self._error(None, BadRequest.code, "Invalid request: not JSON.")
+            return
+        await self.receive_json(content, **kwargs)
 
     async def _refuse_for_rate(self) -> None:
         """Beyond the rate a message is answered -1003 (unread); a client that keeps on sending

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from accounts.keyring import log_revocation
 from accounts.models import ApiKey, ApiKeyStatus, User
 from exchange.api import ratelimit
 from exchange.api.errors import (
@@ -53,8 +54,15 @@ def listen_key_start(*, account, api_key: str | None = None) -> str:
     keys = store()
     try:
         current = keys.active_key(account.pk)
-        if current is not None and keys.extend(current, ttl):
-            ListenKey.objects.filter(key=current).update(expires_at=timezone.now() + timedelta(seconds=ttl))
+        # A key whose record is closed is not handed out again, even if the store still has it
+        # (embedded: closed by another process, whose store is not this one's).
+        if (
+            current is not None
+            and keys.extend(current, ttl)
+            and ListenKey.objects.filter(key=current, closed_at__isnull=True).update(
+                expires_at=timezone.now() + timedelta(seconds=ttl)
+            )
+        ):
             _hold(current, api_key)
             key = current
         else:
@@ -135,6 +143,7 @@ def listen_key_revoke(*, key: str) -> None:
     """Kill a key (its owner's DELETE, or an operator): the key is dead and its streams close."""
     store().delete(key)
     ListenKey.objects.filter(key=key, closed_at__isnull=True).update(closed_at=timezone.now())
+    _log_closed([key])
     _announce_closed([key])
 
 
@@ -166,11 +175,25 @@ def _revoke_quietly(keys: list[str]) -> list[str]:
         except STORE_ERRORS:
             logger.exception("Could not delete listenKey %s… from the store", key[:12])
     try:
+        _log_closed(keys)
+    except Exception:
+        logger.exception("Could not log the close of %s listenKey(s)", len(keys))
+    try:
         _announce_closed(keys)
     except Exception:
         logger.exception("Could not tell the streams of %s listenKey(s) to close", len(keys))
     logger.info("Closed %s listenKey(s)", len(keys))
     return keys
+
+
+def _log_closed(keys: list[str]) -> None:
+    """Without Redis the store and the channel layer are this process's memory: a key closed here
+    (a `manage.py` command, a shell) reaches the server's connections through the database's
+    revocation log, whose move makes every watcher check its keys (streams/watcher.py)."""
+    if settings.REDIS_URL:
+        return
+    for account_id in sorted(set(ListenKey.objects.filter(key__in=keys).values_list("account_id", flat=True))):
+        log_revocation(account_id)
 
 
 def _announce_closed(keys: list[str]) -> None:

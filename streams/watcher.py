@@ -1,16 +1,19 @@
-"""One watcher per server event loop for all its websocket connections: every
-STREAM_KEY_CHECK_SECONDS, and at once (within STREAM_REVOCATION_CHECK_SECONDS, one GET of the
-store's deletion counter) when a listenKey was deleted anywhere, it looks up every connection's
-listenKeys (one MGET) and the current sequence of every account the process's hub follows (one
-query), in one hop to a thread, then tells each connection whose key died (it closes, or drops a
-further key) and the hub which accounts have changes committed beyond what it dispatched (it
-catches each up from the change feed once for all the process's connections: the backstop for
+"""One watcher per server event loop for all its websocket connections: every STREAM_KEY_CHECK_SECONDS,
+and at once (within STREAM_REVOCATION_CHECK_SECONDS, one GET of the store's deletion counter) when a
+listenKey was deleted anywhere, it looks up every connection's listenKeys (one MGET; without Redis,
+also in the database, as a connect does) and the current sequence of every account the process's hub
+follows (one query), in one hop to a thread, then tells each connection whose key died (it closes,
+or drops a further key) and the hub which accounts have changes committed beyond what it dispatched
+(it catches each up from the change feed once for all the process's connections: the backstop for
 messages the channel layer dropped). In the same hop, every third of a lease, it renews the leases
 that count the process's connections in the per-listenKey and per-IP caps (one pipeline, store.py).
 The deletion counter bounds a revocation whose close message the channel layer lost to about
-STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. At the same pace it
-asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS), in memory and
-one ioctl per connection, so that a client that stopped reading is cut off between frames too.
+STREAM_REVOCATION_CHECK_SECONDS (0.25) without checking every key that often. Without Redis the
+store and the channel layer are this process's: another process's revocation moves the keyring's
+read of the database's revocation log instead (accounts/keyring.py), followed the same way. At the
+same pace it asks each connection how late it is (`check_lag`: 4006 beyond STREAM_MAX_LAG_SECONDS),
+in memory and one ioctl per connection, so that a client that stopped reading is cut off between
+frames too.
 
 A watcher per connection did the same with two thread hops and two queries per connection: with
 1,000 idle connections that was about 40% of a core.
@@ -30,8 +33,10 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
+from accounts.keyring import keyrings
 from exchange.runtime.outage import Outage
 from streams import clock, hub, relay
+from streams.selectors import listen_key_owners
 from streams.store import Lease, connection_lease_seconds, store
 
 
@@ -57,19 +62,28 @@ CHUNK = 1000  # keys per MGET, accounts per query
 
 
 def _look_up(keys: list[str], accounts: list[int]) -> tuple[dict[str, int | None], dict[int, int]]:
+    # Without Redis the store is this process's memory, where another process's revocation never
+    # lands: the keys are also checked in the database (closed record, disabled holder, frozen or
+    # inactive account; two queries), as a connect is.
+    owners_of = store().owners if settings.REDIS_URL else listen_key_owners
     owners: dict[str, int | None] = {}
     for start in range(0, len(keys), CHUNK):
-        owners.update(store().owners(keys[start : start + CHUNK]))
+        owners.update(owners_of(keys[start : start + CHUNK]))
     seqs: dict[int, int] = {}
     for start in range(0, len(accounts), CHUNK):
         seqs.update(relay.current_seqs(accounts[start : start + CHUNK]))
     return owners, seqs
 
 
-def _deletions() -> int | None:
+def _deletions() -> object | None:
+    """What moves when a listenKey may have died elsewhere: the store's deletion counter and,
+    without Redis (the embedded mode, whose store is this process's memory), where the keyring's
+    last read of the database's revocation log ended: a `manage.py` command that disables a key,
+    freezes an account or closes a listenKey reaches the server only through that log."""
     clock.hub.sync_if_due()  # the hubs' estimate of Redis's clock, every clock.REFRESH_SECONDS
     try:
-        return store().deletions()
+        seen = store().deletions()
+        return seen if settings.REDIS_URL else (seen, keyrings.revocations())
     except Exception:  # the check itself reports a store that cannot be reached
         logger.debug("Could not read the listenKey deletion counter", exc_info=True)
         return None

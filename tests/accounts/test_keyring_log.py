@@ -125,12 +125,15 @@ def test_a_process_that_cannot_read_the_log_stops_trusting_its_cache(make_user, 
     _warm(other_process, api_key.key)  # trusted again once the log is read
 
 
-def test_without_redis_one_process_trusts_its_cache(make_user, make_key):
+def test_without_redis_a_process_trusts_its_cache_once_it_read_the_databases_log(make_user, make_key):
+    """No Redis (embedded): the log is the database's (issue 34, finding 4), read the same way;
+    tests/accounts/test_keyring_database_log.py covers it."""
     api_key, _ = make_key(make_user())
-    with override_settings(REDIS_URL=""):  # one process, no Redis: every change evicts here at once
+    with override_settings(REDIS_URL=""):
         cache = KeyringCache()
         cache.lookup(api_key.key)
         assert cache.cached(api_key.key)
+        assert cache._log_position[0] == keyring_module.DATABASE_LOG_ID
 
 
 def test_a_new_log_after_redis_lost_its_data_clears_the_cache(make_user, make_key):
