@@ -55,7 +55,8 @@ services:
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
 	tests/wallet/test_withdraw_life.py tests/accounts/test_account_endpoints.py tests/accounts/test_keyring.py \
 	tests/ledger/test_house_shards.py tests/convert/test_accept.py tests/subaccounts/test_transfers.py \
-	tests/subaccounts/test_collect.py tests/subaccounts/test_clients.py tests/backoffice/test_dashboard.py \
+	tests/subaccounts/test_collect.py tests/subaccounts/test_untimed_refusals.py tests/subaccounts/test_requested_emails.py \
+	tests/subaccounts/test_clients.py tests/backoffice/test_dashboard.py \
 	tests/exchange/test_amount_bounds.py tests/wallet/test_transfer_recipients.py tests/ledger/test_check.py \
 	tests/convert/test_no_arbitrage.py tests/backoffice/test_identifiers_four_eyes.py tests/accounts/test_keyring_database_log.py
 test: $(DEV_STAMP) services

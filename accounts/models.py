@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, BaseUserManager, PermissionsMixin
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from accounts.phones import phone_normalised
@@ -51,6 +52,16 @@ class User(AbstractBaseUser, PermissionsMixin):
         help_text="Set for a sub-account: its master account.",
     )
     is_virtual = models.BooleanField(default=False, help_text="A virtual sub-account created through the API.")
+    # A virtual sub-account's `email` is its address in the reserved space (subaccounts/addresses.py:
+    # never a customer's e-mail, so it squats nobody and blocks no registration). The e-mail its
+    # master named it with is kept here, as sent, and is what the family's endpoints answer and take
+    # (issue 34); it is unique per master and never looked up outside the family (no login, no P2P).
+    requested_email = models.EmailField(
+        blank=True,
+        default="",
+        help_text="A virtual sub-account: the e-mail its master named it with (accountName). Shown and "
+        "looked up only inside its family; never a login or a transfer address.",
+    )
     is_frozen = models.BooleanField(default=False)
     is_active = models.BooleanField(default=True)
     is_staff = models.BooleanField(default=False, help_text="May log in to the admin.")
@@ -94,6 +105,12 @@ class User(AbstractBaseUser, PermissionsMixin):
     class Meta:
         constraints = [
             models.CheckConstraint(condition=~Q(master=F("id")), name="user_not_own_master"),
+            models.UniqueConstraint(
+                Lower("requested_email"),
+                F("master"),
+                condition=~Q(requested_email=""),
+                name="requested_email_once_per_master",
+            ),
             models.UniqueConstraint(
                 fields=["system_role", "system_shard"],
                 condition=Q(system_role__isnull=False),

@@ -70,13 +70,23 @@ def user_create(
     password: str | None = None,
     master: User | None = None,
     is_virtual: bool = False,
+    requested_email: str = "",
 ) -> User:
+    """`requested_email`: for a virtual sub-account, the e-mail its master named it with (shown and
+    looked up only inside its family; subaccounts.services.sub_account_create)."""
     if master is not None and master.master_id is not None:
         raise ValueError("A sub-account cannot be the master of another account.")
     if address_is_reserved(email) and not (is_virtual and master is not None):
         raise ValueError("This e-mail domain is reserved for virtual sub-accounts.")
+    if requested_email and not (is_virtual and master is not None):
+        raise ValueError("Only a virtual sub-account has a requested e-mail.")
     return User.objects.create_user(
-        email=email, password=password, phone=phone_clean(phone), master=master, is_virtual=is_virtual
+        email=email,
+        password=password,
+        phone=phone_clean(phone),
+        master=master,
+        is_virtual=is_virtual,
+        requested_email=requested_email,
     )
 
 

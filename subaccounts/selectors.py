@@ -25,14 +25,37 @@ class SubAccountPage:
     total: int
 
 
+def sub_account_named(*, master_id: int, email: str) -> User | None:
+    """The sub-account of `master_id` an `email` parameter names (any case), looked up inside the
+    family only: the one whose own e-mail (a real sub-account's, or a virtual one's address in the
+    reserved space) it is, else the virtual one named with it (`requested_email`, or for one named
+    before the name was kept, the name's address). One query; None when no sub-account has it, also
+    when an account outside the family has that e-mail."""
+    email = email.strip()
+    if not email:
+        return None
+    candidates = addresses.lookup_addresses(master_id=master_id, email=email)
+    rows = list(
+        User.objects.filter(master_id=master_id).filter(Q(email__in=candidates) | Q(requested_email__iexact=email))
+    )
+
+    def rank(user: User) -> int:
+        if user.email == candidates[0]:
+            return 0
+        return 1 if user.requested_email.lower() == email.lower() else 2
+
+    return min(rows, key=lambda user: (rank(user), user.pk), default=None)
+
+
 def sub_account_list(*, master: User, email: str | None, page: int, limit: int) -> SubAccountPage:
-    """`master`'s sub-accounts (virtual or not), oldest first; `email` (any case; the address or the
-    name a virtual one was created with) narrows to one."""
-    rows = User.objects.filter(master_id=master.pk).order_by("id")
+    """`master`'s sub-accounts (virtual or not), oldest first; `email` (any case; the e-mail a
+    virtual one was named with, or its address) narrows to one."""
     if email is not None:
-        candidates = addresses.lookup_addresses(master_id=master.pk, email=email)
-        exact = rows.filter(email=candidates[0])
-        rows = exact if exact.exists() else rows.filter(email__in=candidates)
+        found = sub_account_named(master_id=master.pk, email=email)
+        found_list = [found] if found is not None else []
+        skip = (page - 1) * limit
+        return SubAccountPage(found_list[skip : skip + limit], len(found_list))
+    rows = User.objects.filter(master_id=master.pk).order_by("id")
     total = rows.count()
     skip = (page - 1) * limit
     return SubAccountPage(list(rows[skip : skip + limit]) if skip < total else [], total)

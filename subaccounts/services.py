@@ -29,7 +29,7 @@ from accounts.ledger.models import Asset, BusinessType
 from accounts.models import ApiKey, User
 from exchange.runtime.amounts import decimal_places
 from exchange.runtime.ttlcache import TtlCache
-from subaccounts import addresses, errors
+from subaccounts import addresses, errors, selectors
 from subaccounts.models import SubAccountTransfer, TransferKind, TransferStatus
 from wallet.errors import InvalidAmount
 
@@ -56,35 +56,37 @@ def require_sub_account(account: User) -> None:
 
 
 def sub_account_of(*, master: User, email: str) -> User:
-    """`master`'s sub-account with this e-mail (any case), or the virtual one created with this
-    name (subaccounts/addresses.py); any other account is not found (-1151)."""
-    candidates = addresses.lookup_addresses(master_id=master.pk, email=email)
-    found = {sub.email: sub for sub in User.objects.filter(master_id=master.pk, email__in=candidates)}
-    sub = next((found[address] for address in candidates if address in found), None)
+    """`master`'s sub-account with this e-mail (any case): its own address, or the e-mail a virtual
+    one was named with (`requested_email`); looked up inside the family only, so any other account
+    is not found (-1151), whoever has that e-mail (selectors.sub_account_named)."""
+    sub = selectors.sub_account_named(master_id=master.pk, email=email)
     if sub is None:
         raise errors.SubAccountNotFound(email)
     return sub
 
 
 def sub_account_create(*, master: User, email: str) -> User:
-    """A virtual sub-account of `master` named `email`: its address is the name moved into the
-    master's own part of the reserved domain (subaccounts/addresses.py), so it never takes a real
-    customer's e-mail and a name can only be taken by one of the master's own sub-accounts. It has
-    no usable password, so it cannot log in anywhere; it is reached through its master (and
-    through its own API keys, which operators create in the admin). At most
-    MAX_VIRTUAL_SUB_ACCOUNTS per master, counted under the master's row lock so that concurrent
-    creations cannot pass the limit together."""
+    """A virtual sub-account of `master` named `email`. The master sees and calls it by that e-mail
+    (kept as sent in `requested_email`, unique per master); its own address is the name moved into
+    the master's part of the reserved domain (subaccounts/addresses.py), so it never takes a real
+    customer's e-mail, never blocks a registration, and a name can only be taken inside the family
+    (a sub-account of the master's already named so or with that address). It has no usable
+    password, so it cannot log in anywhere; it is reached through its master (and through its own
+    API keys, which operators create in the admin). At most MAX_VIRTUAL_SUB_ACCOUNTS per master,
+    counted under the master's row lock so that concurrent creations cannot pass the limit together."""
     require_master(master)
     address = addresses.virtual_address(master_id=master.pk, account_name=email)
+    name = email.strip()
     limit = MAX_VIRTUAL_SUB_ACCOUNTS
     try:
         with transaction.atomic():
             User.objects.select_for_update().filter(pk=master.pk).values_list("pk", flat=True).get()
             if User.objects.filter(master_id=master.pk, is_virtual=True).count() >= limit:
                 raise errors.TooManySubAccounts(limit)
-            if User.objects.filter(email=address).exists():  # only ever one of this master's own
+            taken = User.objects.filter(email=address).exists()  # only ever one of this master's own
+            if taken or selectors.sub_account_named(master_id=master.pk, email=name) is not None:
                 raise errors.AccountNameTaken()
-            sub = account_services.user_create(email=address, master=master, is_virtual=True)
+            sub = account_services.user_create(email=address, master=master, is_virtual=True, requested_email=name)
     except IntegrityError as exc:  # the same name created concurrently
         raise errors.AccountNameTaken() from exc
     logger.info("Virtual sub-account %s created for master %s", sub.pk, master.pk)

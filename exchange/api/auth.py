@@ -35,6 +35,7 @@ from exchange.api.errors import (
 )
 from exchange.api.params import RECV_WINDOW, TIMESTAMP
 from exchange.api.signing import hexdigest
+from exchange.api.untimed import spend_untimed_signature
 
 API_KEY_HEADER = "X-SERVICE-APIKEY"
 SIGNATURE_HEADER = "X-SERVICE-SIGNATURE"
@@ -45,10 +46,6 @@ _TIMESTAMP_META = "HTTP_X_SERVICE_TIMESTAMP"
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _API_KEY_FORMAT = re.compile(r"[A-Za-z0-9]{1,64}")
 FUTURE_TOLERANCE_MS = 1000
-# How long the replay memory keeps the signature of a write signed without a timestamp (no window
-# ends its validity). It is not what makes a replay harmless: such an endpoint's own business key
-# (the collect call's clientRequestId, a unique constraint) refuses a repeat for ever.
-UNTIMED_SIGNATURE_SECONDS = 24 * 3600
 
 
 class Security(StrEnum):
@@ -266,7 +263,8 @@ class EndpointAuth:
     param_names: frozenset[str] | None = None
     # A signed request may come without a timestamp (only the collect call, whose spec lists none
     # and whose clients send none): the signature is still required and checked, there is no
-    # timing to check, and a write's signature is remembered for UNTIMED_SIGNATURE_SECONDS.
+    # timing to check, and a write's signature is spent as soon as it verifies, for ever, whatever
+    # the request then ends in (exchange/api/untimed.py).
     timestamp_optional: bool = False
 
 
@@ -319,7 +317,8 @@ class RawRequest:
 
 def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
     """Return the caller (key record, account, and the signature of a signed write to be accepted
-    once), or None for NONE endpoints; raise on refusal. Refusals here never spend a signature."""
+    once), or None for NONE endpoints; raise on refusal. Refusals here never spend a timed
+    signature; an untimed one is spent once it verifies (exchange/api/untimed.py)."""
     if not endpoint.security.needs_key:
         return None
     key_text = raw.meta.get(_API_KEY_META, "").strip()
@@ -359,7 +358,9 @@ def authenticate(endpoint: EndpointAuth, raw: RawRequest) -> Caller | None:
             if endpoint.writes:
                 signature = (api_key.key, provided.lower(), replay_window_seconds(timestamp + recv_window), timestamp)
         elif endpoint.writes:
-            signature = (api_key.key, provided.lower(), UNTIMED_SIGNATURE_SECONDS, server_time_ms())
+            # No window ends an untimed signature: it is spent now, before the checks below, so a
+            # request they refuse cannot be replayed once their cause is lifted (issue 34, finding 8).
+            spend_untimed_signature(api_key.key, provided.lower())
 
     account = keyring.account()
     if not api_key.is_enabled or not account.is_active:

@@ -29,3 +29,25 @@ class RateLimitBan(models.Model):
 
     def __str__(self) -> str:
         return f"{self.ip} banned until {self.expires_at:%Y-%m-%d %H:%M:%S} (offence {self.offence})"
+
+
+class UntimedSignature(models.Model):
+    """The signature of a signed write sent without a timestamp (only where the endpoint allows
+    one: the collect call), kept for ever from the first time the gateway verified it, whatever the
+    request then ended in (exchange/api/untimed.py). No window ends such a signature's validity, so
+    a request refused by a later check (a disabled key, the IP list, a limit) would otherwise run
+    when replayed after the cause is lifted (issue 34, finding 8). In the database, not only in the
+    rate-limit storage: it must outlive a Redis restart and the embedded process."""
+
+    api_key = models.CharField(max_length=64)
+    signature = models.CharField(max_length=64, help_text="Lower-case hex HMAC-SHA256.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        app_label = "exchange"
+        constraints = [
+            models.UniqueConstraint(fields=["api_key", "signature"], name="untimed_signature_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.api_key}/{self.signature[:12]}…"

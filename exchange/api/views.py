@@ -2,10 +2,13 @@
 type and parameters; `initial()` runs the gateway before the handler, in this order:
 
 1. method allowed (405), parameters merged from query string and body (-1010 on a malformed body);
-2. authentication for the security type (key, signature, timing, status, type, IP list);
-3. the charge: IP ban (418), IP and UID weights (429, then 418 for continuing) and, for a signed
-   write, the replay check of its signature (-1022; remembered only when the request passed every
-   check so far), in one storage round trip. A refusal from steps 1-2 is charged to the IP first
+2. authentication for the security type (key, signature, timing, status, type, IP list); a write
+   signed without a timestamp (the collect call only) spends its signature as soon as it verifies,
+   whatever follows (-1022 for a replay; exchange/api/untimed.py), also when a limit or a ban
+   refused it before its key was looked up;
+3. the charge: IP ban (418), IP and UID weights (429, then 418 for continuing) and, for a timed
+   signed write, the replay check of its signature (-1022; remembered only when the request passed
+   every check so far), in one storage round trip. A refusal from steps 1-2 is charged to the IP first
    (its IP weight, and at least REFUSAL_WEIGHT on an endpoint of IP weight 0), so a limit or ban
    outranks it and failing is never free; a key that is not in the process's keyring cache is
    charged before the database is asked (and the keyring asks about an unknown key once per
@@ -15,6 +18,7 @@ type and parameters; `initial()` runs the gateway before the handler, in this or
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -60,6 +64,16 @@ def _check_size(meta: dict, query: str) -> None:
         raise RequestTooLarge(msg=f"Request body too large: at most {settings.API_MAX_BODY_BYTES} bytes.")
 
 
+def _spend_untimed(endpoint: EndpointAuth, raw: RawRequest) -> None:
+    """A request refused before its key was looked up (a limit or a ban on an uncached key): on an
+    endpoint that takes untimed signatures, check it now only to spend an untimed signature that
+    verifies (exchange/api/untimed.py), so that the refused request cannot run when replayed after
+    the limit or the ban is over (issue 34, finding 8). Its own answer stays the refusal; a timed
+    or bad request is not recorded."""
+    with contextlib.suppress(Exception):
+        authenticate(endpoint, raw)
+
+
 class GatewayApi(APIView):
     security: ClassVar[Security] = Security.NONE
     ip_weight: ClassVar[int] = 1
@@ -100,6 +114,7 @@ class GatewayApi(APIView):
         ip_paid: int | None = 0  # IP weight this request has paid; None: its charge was refused (429/418)
         method = request.method
         ip_weight, uid_weight = self.option("ip_weight", method), self.option("uid_weight", method)
+        raw = None
         try:
             _check_size(http_request.META, http_request.META.get("QUERY_STRING", ""))  # before anything else
             super().initial(request, *args, **kwargs)  # content negotiation may refuse: charged too
@@ -113,6 +128,8 @@ class GatewayApi(APIView):
                 ip_paid = ip_weight
             caller = authenticate(self._endpoint_auth(method), raw)
         except Exception:
+            if ip_paid is None and raw is not None and self.timestamp_optional:
+                _spend_untimed(self._endpoint_auth(method), raw)
             # Whatever a request ends in, its IP pays its weight, and a refusal before the caller is
             # known at least REFUSAL_WEIGHT, also on endpoints of IP weight 0 (issue 25, finding 5:
             # unknown keys cost a database look-up each). A limit or a ban outranks the reason for

@@ -8,7 +8,7 @@ from django.db import models
 # (exchange/backoffice/models.py) and the dashboard's rollup (exchange/dashboard/models.py) are their
 # packages'. All carry this app's label, so their tables and migrations stay where they were; this
 # import registers the ban rows while the apps load (the other two packages are apps of their own).
-from exchange.api.models import RateLimitBan  # noqa: F401
+from exchange.api.models import RateLimitBan, UntimedSignature  # noqa: F401
 
 
 class BusinessType(models.TextChoices):

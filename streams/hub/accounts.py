@@ -47,11 +47,18 @@ class Read:
 def _infos(account_ids: Iterable[int], masters: list[int] | None = None) -> dict[int, AccountInfo]:
     """What is known of the accounts; `masters` collects those that are whitelisted masters."""
     rows = User.objects.filter(pk__in=set(account_ids)).values_list(
-        "pk", "email", "master_id", "master__is_whitelisted_master", "date_joined", "is_whitelisted_master"
+        "pk",
+        "email",
+        "requested_email",
+        "master_id",
+        "master__is_whitelisted_master",
+        "date_joined",
+        "is_whitelisted_master",
     )
     infos = {}
-    for pk, email, master, whitelisted, joined, is_whitelisted_master in rows:
-        infos[pk] = AccountInfo(email, master, bool(master and whitelisted), joined.timestamp())
+    for pk, email, requested_email, master, whitelisted, joined, is_whitelisted_master in rows:
+        # `em` goes to the master: a virtual sub-account by the e-mail it was named with (issue 34).
+        infos[pk] = AccountInfo(requested_email or email, master, bool(master and whitelisted), joined.timestamp())
         if is_whitelisted_master and masters is not None:
             masters.append(pk)
     return infos
@@ -64,10 +71,12 @@ def read_accounts(account_ids: list[int]) -> Read:
     infos = _infos(account_ids, masters)
     subs: dict[int, int] = {}
     if masters:
-        rows = User.objects.filter(master_id__in=masters).values_list("pk", "email", "master_id", "date_joined")
-        for pk, email, master, joined in rows:
+        rows = User.objects.filter(master_id__in=masters).values_list(
+            "pk", "email", "requested_email", "master_id", "date_joined"
+        )
+        for pk, email, requested_email, master, joined in rows:
             subs[pk] = master
-            infos.setdefault(pk, AccountInfo(email, master, True, joined.timestamp()))
+            infos.setdefault(pk, AccountInfo(requested_email or email, master, True, joined.timestamp()))
     seqs = relay.current_seqs([*account_ids, *subs])
     return Read({a: seqs.get(a, 0) for a in [*account_ids, *subs]}, infos, subs)
 

@@ -46,12 +46,12 @@ def _audiences(account_ids) -> dict[int, tuple[str, list[int]]]:
     stale = {a for a in wanted if a not in _audience_cache or _audience_cache[a][0] < now}
     if stale:
         rows = User.objects.filter(pk__in=stale).values_list(
-            "pk", "email", "master_id", "master__is_whitelisted_master"
+            "pk", "email", "requested_email", "master_id", "master__is_whitelisted_master"
         )
-        for pk, email, master, whitelisted in rows:
+        for pk, email, requested_email, master, whitelisted in rows:
             _audience_cache[pk] = (
                 now + AUDIENCE_TTL_SECONDS,
-                email,
+                requested_email or email,  # `em` goes to the master: the e-mail it named the sub-account with
                 [pk] + ([master] if master and whitelisted else []),
             )
     return {a: (_audience_cache[a][1], _audience_cache[a][2]) for a in wanted if a in _audience_cache}

@@ -16,6 +16,7 @@ from accounts import ledger
 from accounts.ledger.models import BalanceChange
 from accounts.models import SystemRole
 from exchange.api import formatting as fmt
+from subaccounts.services import sub_account_create
 from tests.support.factories import deposit
 from tests.support.streams import connect
 
@@ -199,6 +200,18 @@ async def test_order_preserved_over_1000_postings(master, assets):
 
 
 # --- a master's view of its sub-accounts -----------------------------------------------------------
+
+
+async def test_a_virtual_sub_account_is_em_by_the_e_mail_its_master_named_it_with(make_user, assets):
+    """Issue 34: the master knows the sub-account by the e-mail it gave at creation (the address in
+    the reserved space is the account's own, never shown to the family)."""
+    boss = await sync_to_async(make_user)(is_whitelisted_master=True)
+    sub = await sync_to_async(sub_account_create)(master=boss, email="Desk@Corp.example")
+    ws = await connect(boss)
+    await sync_to_async(deposit)(sub, "0.5")
+    update, position = await receive(ws, 2)
+    assert update["em"] == position["em"] == "Desk@Corp.example"
+    await ws.disconnect()
 
 
 async def test_whitelisted_master_receives_sub_account_events_with_em(make_user, assets):

@@ -28,6 +28,7 @@ from accounts import services as account_services
 from accounts.ledger.models import BusinessType, Posting
 from accounts.models import ApiKeyType, Balance, User
 from exchange.api import ratelimit
+from exchange.api.models import UntimedSignature
 from subaccounts import collection as collection_service
 from subaccounts.models import (
     CollectionStatus,
@@ -336,13 +337,17 @@ def test_without_a_timestamp_a_bad_or_missing_signature_is_refused(family):
 
 
 def test_a_replayed_untimed_collect_moves_money_once(family, django_capture_on_commit_callbacks):
-    """The same signed request again: refused by the replay memory (-1022); with the memory emptied
-    (a Redis flush), by the clientRequestId's unique constraint (-1010). One task, one posting."""
+    """The same signed request again: refused by the replay memory (-1022), also with the rate-limit
+    storage emptied (a Redis flush: the untimed signature is spent in the database, issue 34); with
+    that record gone too, by the clientRequestId's unique constraint (-1010). One task, one posting."""
     params = {"clientRequestId": "once", "remark": ""}
     with django_capture_on_commit_callbacks(execute=True):
         h.ok(untimed(family.master, params))
     fund(family.sub1.user, "BTC", "0.25")  # something a second collection would move
     assert_error(untimed(family.master, params), -1022, 401, msg_contains="replay")
+    ratelimit.counters().reset()
+    assert_error(untimed(family.master, params), -1022, 401, msg_contains="replay")
+    UntimedSignature.objects.all().delete()
     ratelimit.counters().reset()
     with django_capture_on_commit_callbacks(execute=True):
         assert_error(untimed(family.master, params), -1010, 400, msg_contains="Duplicate clientRequestId")

@@ -19,21 +19,22 @@ def address_of(family, name: str) -> str:
 def test_create_answers_the_sub_account_with_an_integer_create_time(family):
     body = h.ok(family.master.client.post(h.CREATE, {"accountName": "New-Sub@Test.example"}))
     assert set(body) == {"email", "createTime", "isFreeze"}
-    assert body["email"] == address_of(family, "new-sub@test.example")
+    assert body["email"] == "New-Sub@Test.example"  # the e-mail given, as sent (issue 34)
     assert isinstance(body["createTime"], int)
     assert body["isFreeze"] is False
-    sub = User.objects.get(email=body["email"])
-    assert sub.master_id == family.master.user.pk
+    sub = User.objects.get(master=family.master.user, requested_email="New-Sub@Test.example")
+    assert sub.email == address_of(family, "new-sub@test.example")  # its own address: the reserved space
     assert sub.is_virtual
     assert body["createTime"] == int(sub.date_joined.timestamp() * 1000)
     assert not User.objects.filter(email="new-sub@test.example").exists()  # the name's owner keeps it
 
 
 def test_a_created_sub_account_cannot_log_in(family, client):
-    email = h.ok(family.master.client.post(h.CREATE, {"accountName": "nologin@test.example"}))["email"]
-    sub = User.objects.get(email=email)
+    name = h.ok(family.master.client.post(h.CREATE, {"accountName": "nologin@test.example"}))["email"]
+    sub = User.objects.get(master=family.master.user, requested_email=name)
     assert not sub.has_usable_password()
-    assert not client.login(username=email, password="")
+    for username in (name, sub.email):
+        assert not client.login(username=username, password="")
     assert not sub.api_keys.exists()
 
 
@@ -59,7 +60,10 @@ def test_a_name_registered_elsewhere_answers_like_a_free_one_and_squats_nothing(
         UserFactory(email=registered)
     before = User.objects.filter(email=registered.lower()).values_list("pk", flat=True).first()
     body = h.ok(family.master.client.post(h.CREATE, {"accountName": registered}))
-    assert body["email"] == address_of(family, registered)
+    assert body["email"] == registered
+    assert User.objects.get(master=family.master.user, requested_email=registered).email == address_of(
+        family, registered
+    )
     assert set(body) == {"email", "createTime", "isFreeze"}
     assert User.objects.filter(email=registered.lower()).values_list("pk", flat=True).first() == before
 
@@ -92,17 +96,19 @@ def test_nobody_registers_an_address_in_the_reserved_domain(family):
     assert not User.objects.filter(email__endswith="virtual.invalid").exists()
 
 
-def test_every_endpoint_finds_the_sub_account_by_its_address_and_by_its_name(family):
+def test_every_endpoint_finds_the_sub_account_by_its_name_and_by_its_address(family):
+    """The e-mail it was named with, in any case, and the address earlier versions answered."""
     master = family.master.client
-    address = h.ok(master.post(h.CREATE, {"accountName": "Desk@Corp.example"}))["email"]
-    for email in (address, "desk@corp.example", "DESK@corp.example"):
+    name = h.ok(master.post(h.CREATE, {"accountName": "Desk@Corp.example"}))["email"]
+    assert name == "Desk@Corp.example"
+    for email in (name, "desk@corp.example", "DESK@corp.example", address_of(family, name)):
         listed = h.ok(master.get(h.LIST, {"email": email}))
-        assert [s["email"] for s in listed["subAccounts"]] == [address]
+        assert [s["email"] for s in listed["subAccounts"]] == [name]
         assert "balances" in h.ok(master.get(h.ASSET, {"email": email}))
         h.ok(master.post(h.UNIVERSAL, {"asset": "BTC", "toEmail": email, "amount": "0.01"}))
     history = h.ok(master.get(h.UNIVERSAL_HISTORY, {"toEmail": "desk@corp.example"}))
-    assert {r["toEmail"] for r in history["result"]} == {address}
-    assert history["total"] == 3
+    assert {r["toEmail"] for r in history["result"]} == {name}
+    assert history["total"] == 4
 
 
 def test_the_31st_virtual_sub_account_is_refused(family):

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pytest
 
-from accounts.models import LimitTier, TierLimit
+from accounts.models import LimitTier, TierLimit, User
 from exchange.runtime.ttlcache import clear_all
 from tests.support.assertions import assert_balance, assert_error, assert_ledger_balanced
 from tests.support.factories import AssetFactory, customer
@@ -184,8 +184,12 @@ CREATE = "/openapi/v1/sub-account/create"
 
 @pytest.fixture
 def family(php):
+    """A master, its virtual sub-account named ceo@bigbank.example (the create call answers that
+    name; the sub-account's own address is in the reserved space) and a factory-made sibling."""
     master = customer(funding={"PHP": "100"})
-    address = master.client.post(CREATE, {"accountName": "ceo@bigbank.example"}).json()["email"]
+    name = master.client.post(CREATE, {"accountName": "ceo@bigbank.example"}).json()["email"]
+    assert name == "ceo@bigbank.example"
+    address = User.objects.get(master=master.user, requested_email=name).email
     sibling = customer(master=master.user, is_virtual=True, funding={"PHP": "100"})
     return master, address, sibling
 
@@ -235,4 +239,21 @@ def test_the_real_owner_of_the_name_registers_and_receives(family, sender, creat
     )
     assert response.status_code == 200, response.content
     assert_balance(real.user, "PHP", "5")
+    assert_ledger_balanced()
+
+
+def test_the_name_is_never_a_p2p_address_even_inside_the_family(family, create_path):
+    """Issue 34: the family sees the sub-account by its name, but P2P transfers go by registered
+    e-mails only. The master sending to the name reaches its real owner once there is one, never
+    its own sub-account (and -1151 before, as for any unknown address)."""
+    master, address, _ = family
+    sub = User.objects.get(email=address)
+    before = master.client.post(create_path, {"account": "PHP", "target_address": "ceo@bigbank.example", "amount": "5"})
+    assert_error(before, -1151, 404)
+    real = customer(email="ceo@bigbank.example")
+    sent = master.client.post(create_path, {"account": "PHP", "target_address": "ceo@bigbank.example", "amount": "5"})
+    assert sent.status_code == 200, sent.content
+    assert_balance(real.user, "PHP", "5")
+    assert_balance(sub, "PHP", "0")
+    assert_balance(master.user, "PHP", "95")
     assert_ledger_balanced()

@@ -207,6 +207,16 @@ class Counters:
                 store.incr(signature_key, signature_seconds)
             return Taken(0, ip, ip_ms, uid, uid_ms or 0)
 
+    def remember(self, key: str, seconds: int) -> bool:
+        """Set `key` for `seconds` unless it is set; whether it was new (one SET NX)."""
+        if self._redis:
+            return bool(self.storage.get_connection().set(self._key(key), 1, ex=seconds, nx=True))
+        with self._lock:
+            if self.storage.get(key):
+                return False
+            self.storage.incr(key, seconds)
+            return True
+
     def incr(self, key: str, seconds: int) -> int:
         return self.storage.incr(key, seconds)
 
