@@ -17,6 +17,7 @@ from accounts.ledger.posting import forget_asset_ids
 from accounts.ledger.system import forget_cached_ids
 from exchange.api import ratelimit
 from exchange.runtime.ttlcache import clear_all
+from exchange.settings import testnames
 from streams import relay
 from tests.support import loop_teardown, skips, stack
 from tests.support.client import SignedClient
@@ -45,29 +46,27 @@ def pytest_make_collect_report(collector):
     skips.fail_if_unexpected(outcome.get_result(), connections["default"].vendor)
 
 
-# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) each worker has its own test database
-# (pytest-django's _gwN suffix) and Redis database (TEST_REDIS_DBS, exchange/settings/test.py). The
-# modules below start processes on fixed shared resources (the Redis databases FULLSTACK_REDIS_DB,
-# CRASH_REDIS_DB and POOL_REDIS_DB, which private_services flushes, and databases of fixed names) or
-# a whole private stack: one group, so one worker runs them one after the other, never two at once.
-SERIAL_MODULES = {
-    "tests/stack/test_faults.py",
-    "tests/stack/test_limits.py",
-    "tests/stack/test_simulation.py",
-    "tests/streams/test_full_stack.py",
-    "tests/streams/test_revocation_full_stack.py",
-    "tests/security/test_revocation_bound.py",
-    "tests/wallet/test_worker_crash.py",
-    "tests/subaccounts/test_collect.py",
-    "tests/exchange/test_db_pool.py",
-}
+# Isolation: under pytest-xdist (`make test` runs `-n 2 --dist loadfile`) every private resource is
+# named per worker: the test database (pytest-django's _gwN suffix), the Redis databases
+# (exchange/settings/testnames.py), the databases of the modules that start processes
+# (tests/support/stack.py), ports (free ones, from the kernel) and run folders (tmp_path). No module
+# has to run alone; --dist loadfile keeps a module's tests (and its module-scoped stack) on one worker.
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.nodeid.split("::", 1)[0] in SERIAL_MODULES:
-            item.add_marker(pytest.mark.xdist_group("processes"))
+def pytest_sessionfinish(session):
+    if not testnames.worker():  # the xdist controller, or the only process: every worker is done
+        stack.drop_demo_template()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database; before it is dropped, every other connection to it is named
+    and the run fails: a connection left open is a thread or a server a test did not stop."""
+    yield
+    with django_db_blocker.unblock():
+        left = stack.other_connections(connections["default"])
+    if left:
+        pytest.fail(f"connections to the test database left open at the end of the run: {left}", pytrace=False)
 
 
 def pytest_terminal_summary(terminalreporter):
