@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import threading
 from io import StringIO
 
 import pytest
 from channels.layers import channel_layers
 from django.core.management import call_command
 from django.db import connections
+from django.db.backends.signals import connection_created
+from django.dispatch import receiver
 
 from accounts.keyring import keyrings
 from accounts.ledger.posting import forget_asset_ids
@@ -51,6 +55,17 @@ def pytest_make_collect_report(collector):
 # (exchange/settings/testnames.py), the databases of the modules that start processes
 # (tests/support/stack.py), ports (free ones, from the kernel) and run folders (tmp_path). No module
 # has to run alone; --dist loadfile keeps a module's tests (and its module-scoped stack) on one worker.
+
+
+@receiver(connection_created)
+def _name_the_connection(sender, connection, **kwargs):
+    """Each test connection says which thread of which test opened it (pg_stat_activity's
+    application_name): a connection left open names its owner (django_db_setup below)."""
+    if connection.vendor == "postgresql":
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+        name = f"{threading.current_thread().name[:12]} {test[-50:]}"
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('application_name', %s, false)", [name])
 
 
 def pytest_sessionfinish(session):

@@ -23,6 +23,7 @@ DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="t
 # its _gwN suffix from pytest-django). A process a test starts with PYTEST_XDIST_WORKER and
 # TEST_REDIS_DBS in its environment lands in the same database as its test.
 try:
+    testnames.pin()
     REDIS_URL = testnames.redis_url()
 except testnames.NamingError as exc:
     raise ImproperlyConfigured(str(exc)) from exc

@@ -81,6 +81,13 @@ def redis_db(purpose: str) -> int:
     return dbs[position]
 
 
+def pin() -> None:
+    """Put the run's list of Redis databases in the environment (when it was the default): a process
+    a test starts inherits it with PYTEST_XDIST_WORKER, whatever REDIS_URL it is given, and so
+    lands in the same database as its test (not in a block counted from the worker's own number)."""
+    os.environ.setdefault("TEST_REDIS_DBS", ",".join(str(number) for number in redis_dbs()))
+
+
 def redis_url() -> str:
     """This worker's REDIS_URL: REDIS_URL's server with the worker's "test" database."""
     server = os.environ.get("REDIS_URL", DEFAULT_REDIS_URL).rsplit("/", 1)[0]
