@@ -272,3 +272,14 @@ def other_connections(connection) -> list[str]:
         )
         rows = cursor.fetchall()
     return [f"pid {pid} ({state}, {app!r}, since {start:%H:%M:%S}): {query}" for pid, state, app, start, query in rows]
+
+
+def end_other_connections(connection) -> None:
+    """End the other sessions on `connection`'s PostgreSQL database (at the end of a run, named first)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
