@@ -7,11 +7,11 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-installed
 DEV_STAMP := $(VENV)/.dev-installed
 TEST_REDIS_DB ?= 15
-# `make test TEST_WORKERS=2` runs the suite on 2 pytest-xdist workers; worker gwN uses the Nth Redis
-# database of TEST_REDIS_DBS (exchange/settings/test.py) and its own test database (suffix _gwN).
-# 0 (in one process) until the parallel run is reliable: see tests/README.md.
-TEST_WORKERS ?= 0
-TEST_REDIS_DBS ?= 15,14,13,12
+# `make test` runs the suite on TEST_WORKERS pytest-xdist workers (0: in one process), a test module
+# per worker at a time (--dist loadfile). Each worker has its own test database (suffix _gwN), its own
+# four Redis databases from REDIS_URL's number downwards (15-12, 11-8, ...) and its own names for the
+# databases its modules create: exchange/settings/testnames.py, tests/README.md ("Isolation").
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint bench services clean lab-test
 
@@ -42,14 +42,15 @@ run: $(RUN_STAMP)
 		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) --ping-interval 20 --ping-timeout 30 exchange.asgi:application; \
 	fi
 
-## make services: install (Debian packages) and start PostgreSQL and Redis for tests and benchmarks;
-## install Debian's chromium for the browser tests (tests/backoffice, Playwright from requirements-dev.txt).
+## make services: install the Debian packages the tests need (scripts/packages/test.txt: PostgreSQL,
+## Redis, nginx, chromium, haproxy; apt-get update first, their own services kept from starting) and
+## start PostgreSQL and Redis for tests and benchmarks.
 services:
 	@mkdir -p var
 	./scripts/services.sh > var/services.env
 
-## make test: real PostgreSQL and Redis (and Debian's chromium for the back office's browser tests),
-## lint, then the whole test suite; then the tests of the
+## make test: the Debian packages of scripts/packages/test.txt (installed when missing), real PostgreSQL
+## and Redis, lint, then the whole test suite on TEST_WORKERS workers (soak tests included); then the tests of the
 ## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings, conversions,
 ## sub-account transfers and collections) on SQLite. A skip that tests/support/skips.py does not list fails.
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
@@ -63,14 +64,14 @@ test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
-		TEST_REDIS_DBS=$(TEST_REDIS_DBS) DJANGO_SETTINGS_MODULE=exchange.settings.test \
-		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+		DJANGO_SETTINGS_MODULE=exchange.settings.test \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
-		TEST_REDIS_DBS=$(TEST_REDIS_DBS) DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite \
-		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(EMBEDDED_TESTS)
+		DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite \
+		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(EMBEDDED_TESTS)
 
 ## make lab-test: the HA lab (docs/scaling.md, needs root and network namespaces): its Debian packages
-## installed when missing (their own services kept from starting), then under the lab's lock
+## (scripts/packages/test.txt and lab.txt) installed when missing (their own services kept from starting), then under the lab's lock
 ## (/tmp/exchange-lab.lock, one lab per machine) the lab up, every fault in turn (pg-kill, pg-cut,
 ## pg-disk, redis-kill, sentinel-cut, rolling), hostfault, a one-minute `manage.py simulate --lab`, the
 ## lab down whatever happened; one table of PASS/FAIL, windows and seconds; non-zero if any failed.

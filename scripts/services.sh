@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Make sure the PostgreSQL and Redis that tests and benchmarks use are installed and running, and
-# that Debian's chromium is there for the browser tests.
-# Installs them from Debian packages when missing (needs root), starts them, creates the
-# `exchange` role and database. Idempotent; prints the URLs to use.
+# Make sure the Debian packages the tests need are installed (scripts/packages/test.txt), and the
+# PostgreSQL and Redis that tests and benchmarks use are running. Installs the packages when missing
+# (needs root), starts the servers, creates the `exchange` role and database. Idempotent; prints the
+# URLs to use (and nothing else on stdout).
 set -euo pipefail
 
 PG_USER=exchange
@@ -12,37 +12,10 @@ REDIS_PORT=${REDIS_PORT:-6379}
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-missing=()
-ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql postgresql-contrib)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "Installing ${missing[*]} from Debian packages" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-
-# nginx: the full stack's front (exchange/stack; the fault tests start that stack). Installed, not
-# started: a policy-rc.d keeps the package from starting its own server on port 80.
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-  echo "Installing nginx-light from Debian packages" >&2
-  added_policy=
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
-    as_root chmod 755 /usr/sbin/policy-rc.d
-    added_policy=1
-  fi
-  [ ${#missing[@]} -gt 0 ] || as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
-  [ -z "$added_policy" ] || as_root rm -f /usr/sbin/policy-rc.d
-fi
-
-# Chromium: the browser tests of the back office (tests/backoffice) drive Debian's chromium through
-# Playwright; nothing downloads a browser at run time.
-if ! command -v chromium >/dev/null 2>&1 && [ ! -x /usr/bin/chromium ]; then
-  echo "Installing chromium from Debian packages" >&2
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-fi
+# The Debian packages of the test run (scripts/packages/test.txt: PostgreSQL, Redis, nginx, chromium,
+# haproxy), installed when missing, their own services kept from starting (scripts/install-packages.sh);
+# this script starts PostgreSQL and Redis below.
+"$(dirname "$0")/install-packages.sh" "$(dirname "$0")/packages/test.txt" >&2
 
 # PostgreSQL: the first cluster of the newest installed version.
 version=$(ls /usr/lib/postgresql | sort -V | tail -n 1)
@@ -76,9 +49,10 @@ if [ "$(psql_admin -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" != 
   psql_admin -c "CREATE DATABASE $PG_DB OWNER $PG_USER"
 fi
 
-# Redis: answer on the port, or start one without persistence.
+# Redis: answer on the port, or start one without persistence, with 64 databases (each pytest-xdist
+# worker takes four: exchange/settings/testnames.py).
 if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
-  redis-server --daemonize yes --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null
+  redis-server --daemonize yes --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --databases 64 >/dev/null
   for _ in $(seq 1 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 

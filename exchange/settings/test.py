@@ -2,29 +2,31 @@
 
 from django.core.exceptions import ImproperlyConfigured
 
+from . import testnames
 from .base import *  # noqa: F403
 from .base import env
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast; test users only
 DATABASES = {"default": env.db("DATABASE_URL", default="postgres://exchange:exchange@127.0.0.1:5432/exchange")}
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
-DATABASES["default"]["OPTIONS"] = {"prepare_threshold": 5}  # as in production (base.py)
+# prepare_threshold as in production (base.py). A test's statement that waits a minute for a lock, or
+# runs for three, fails with PostgreSQL's error naming it instead of hanging the run until pytest-timeout
+# (a lock held by a connection a test left open showed as a silent hang of a transactional test's flush).
+DATABASES["default"]["OPTIONS"] = {
+    "prepare_threshold": 5,
+    "options": "-c lock_timeout=60s -c statement_timeout=180s",
+}
 # Separate names let several test runs share one PostgreSQL (set with a separate REDIS_URL database).
 DATABASES["default"]["TEST"] = {"NAME": env.str("TEST_DATABASE_NAME", default="test_exchange")}
-REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/15")
 # Parallel runs (pytest-xdist, `make test`): each worker flushes and counts in a Redis database of its
-# own, the Nth of TEST_REDIS_DBS for worker gwN (the test database gets its _gwN suffix from
-# pytest-django). A list, not an offset from REDIS_URL's number: a process a test starts inherits
-# both variables and so lands in the same database as its test.
-_worker = env.str("PYTEST_XDIST_WORKER", default="")
-if _worker:
-    _dbs = env.list("TEST_REDIS_DBS", default=[])
-    _index = int(_worker.removeprefix("gw"))
-    if _index >= len(_dbs):
-        raise ImproperlyConfigured(
-            f"pytest-xdist worker {_worker}: set TEST_REDIS_DBS to one Redis database number per worker"
-        )
-    REDIS_URL = f"{REDIS_URL.rsplit('/', 1)[0]}/{int(_dbs[_index])}"
+# own, the first of its block of TEST_REDIS_DBS (exchange/settings/testnames.py; the test database gets
+# its _gwN suffix from pytest-django). A process a test starts with PYTEST_XDIST_WORKER and
+# TEST_REDIS_DBS in its environment lands in the same database as its test.
+try:
+    testnames.pin()
+    REDIS_URL = testnames.redis_url()
+except testnames.NamingError as exc:
+    raise ImproperlyConfigured(str(exc)) from exc
 RATE_LIMIT_STORAGE_URL = REDIS_URL
 CELERY_BROKER_URL = REDIS_URL
 CELERY_TASK_ALWAYS_EAGER = True

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import threading
 import time
 from urllib.parse import urlencode
@@ -20,6 +19,8 @@ import psycopg
 import pytest
 
 from tests.support.stack import (
+    POOL_DB_NAME,
+    POOL_REDIS_DB,
     PYTHON,
     free_port,
     load_demo,
@@ -30,8 +31,7 @@ from tests.support.stack import (
     wait_for_port,
 )
 
-DB_NAME = os.environ.get("POOL_DATABASE_NAME", "exchange_pool_test")
-REDIS_DB = int(os.environ.get("POOL_REDIS_DB", "7"))
+DB_NAME, REDIS_DB = POOL_DB_NAME, POOL_REDIS_DB  # this worker's (tests/support/stack.py)
 
 pytestmark = [requires_services(REDIS_DB), pytest.mark.timeout(180)]
 

@@ -40,7 +40,7 @@ def require_servers() -> None:
         pytest.fail(missing, pytrace=False)
 
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.soak]
 
 
 def test_the_full_stack_keeps_its_rules_through_redis_postgres_and_worker_faults():

@@ -126,6 +126,7 @@ def test_the_command_refuses_nonsense_arguments():
         call_command("simulate", "--seed", "1", "--minutes", "0")
 
 
+@pytest.mark.soak
 @pytest.mark.timeout(900)
 def test_a_short_seeded_simulation_keeps_every_rule():
     require_servers()

@@ -43,6 +43,8 @@ from tests.support.assertions import assert_balance, assert_error, assert_ledger
 from tests.support.client import SignedClient, hmac_hex, now_ms
 from tests.support.factories import ApiKeyFactory, AssetFactory, customer, fund
 from tests.support.stack import (
+    CRASH_DB_NAME,
+    CRASH_REDIS_DB,
     PYTHON,
     ROOT,
     Proc,
@@ -687,8 +689,7 @@ def test_a_collection_racing_transfers_conserves_the_family(race_family):
 
 # --- a real Celery worker killed in the middle of a collection ----------------------------------------
 
-CRASH_DB_NAME = os.environ.get("CRASH_DATABASE_NAME", "exchange_crash_test") + "_collect"
-CRASH_REDIS_DB = int(os.environ.get("CRASH_REDIS_DB", "8"))
+COLLECT_DB_NAME = f"{CRASH_DB_NAME}_collect"  # this worker's (tests/support/stack.py)
 SETTLE_SECONDS = 40
 SUBS = 6
 ASSETS = ("BTC", "ETH", "USDT", "PHP")
@@ -862,7 +863,7 @@ def crash_stack():
 
     with (
         tempfile.TemporaryDirectory(prefix="collect-crash-hook-") as tmp,
-        private_services(CRASH_DB_NAME, CRASH_REDIS_DB) as (database_url, redis_url),
+        private_services(COLLECT_DB_NAME, CRASH_REDIS_DB) as (database_url, redis_url),
     ):
         hook_dir = Path(tmp)
         (hook_dir / "collect_crash_hook.py").write_text(CRASH_HOOK)

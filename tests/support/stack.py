@@ -1,30 +1,35 @@
 """The pytest side of the harness (exchange/stack): the tests that start real processes
 (tests/streams/test_full_stack.py, tests/streams/test_revocation_full_stack.py,
 tests/wallet/test_worker_crash.py, tests/stack/...) fail, never skip, without PostgreSQL and Redis;
-each module names its own database and Redis database on the servers the test run uses (from the
-environment, so that runs sharing one PostgreSQL and Redis do not collide); a Daphne server for the
-streams' tests. Everything else (private databases, manage.py, the demo world, processes that are
-always stopped, free ports) is exchange/stack's, re-exported here for the tests.
+each module names its own database and Redis database on the servers the test run uses, per
+pytest-xdist worker (exchange/settings/testnames.py; the environment's names are overrides, so that
+runs sharing one PostgreSQL and Redis do not collide); the migrated demo world built once per run and
+copied into a module's database (`load_demo`); a Daphne server for the streams' tests. Everything else
+(private databases, manage.py, processes that are always stopped, free ports) is exchange/stack's,
+re-exported here for the tests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from exchange.settings import testnames
 from exchange.stack import services
 from exchange.stack.layout import ROOT
 from exchange.stack.ports import free_port
 from exchange.stack.ports import wait_for_port as _wait_for_port
-from exchange.stack.services import PYTHON, Proc, load_demo, manage, process
+from exchange.stack.services import PYTHON, Proc, manage, process
 
 __all__ = ("PYTHON", "ROOT", "Proc", "free_port", "load_demo", "manage", "process")
 
@@ -102,14 +107,103 @@ def wait_for_port(port: int, server: Proc, timeout: float = 30) -> None:
     _wait_for_port(port, timeout, proc=server.proc, log=str(server.log))
 
 
+# --- per-worker names ------------------------------------------------------------------------------
+# The private databases and Redis databases of the modules that start processes: one set per xdist
+# worker (a worker runs its modules one after the other, each emptying them before and after).
+# FULLSTACK_DATABASE_NAME, CRASH_DATABASE_NAME, POOL_DATABASE_NAME and FULLSTACK_REDIS_DB,
+# CRASH_REDIS_DB, POOL_REDIS_DB override the defaults (the worker's suffix is added to the names).
+# A module that shares a prefix adds a suffix of its own (`f"{FULLSTACK_DB_NAME}_rev"`).
+database_name = testnames.database_name
+redis_db = testnames.redis_db
+FULLSTACK_DB_NAME = database_name("exchange_fullstack_test", "FULLSTACK_DATABASE_NAME")
+FULLSTACK_REDIS_DB = redis_db("fullstack")
+CRASH_DB_NAME = database_name("exchange_crash_test", "CRASH_DATABASE_NAME")
+CRASH_REDIS_DB = redis_db("crash")
+POOL_DB_NAME = database_name("exchange_pool_test", "POOL_DATABASE_NAME")
+POOL_REDIS_DB = redis_db("pool")
+
+
+# --- the demo world, migrated once per run --------------------------------------------------------
+
+# One per run and PostgreSQL server, shared by the workers (no worker suffix): built by the first
+# worker that needs it, under an advisory lock, and marked with the run's id (xdist's
+# PYTEST_XDIST_TESTRUNUID, else this process's), so a later run builds it again from its own code.
+DEMO_TEMPLATE = os.environ.get("FULLSTACK_DATABASE_NAME", "exchange_fullstack_test") + "_template"
+RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
+
+
+def _admin():
+    import psycopg
+
+    return psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10)
+
+
+@functools.cache
+def demo_template(redis_url: str) -> tuple[str, dict]:
+    """The run's template database, migrated with the demo world loaded, and that world's JSON
+    (`manage.py demo --json`: the same keys in every copy)."""
+    from psycopg import sql
+
+    name = sql.Identifier(DEMO_TEMPLATE)
+    with _admin() as admin:
+        admin.execute("SELECT pg_advisory_lock(hashtext(%s))", [DEMO_TEMPLATE])
+        try:
+            row = admin.execute(
+                "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s", [DEMO_TEMPLATE]
+            ).fetchone()
+            with contextlib.suppress(TypeError, ValueError, KeyError):
+                mark = json.loads(row[0])
+                if mark["run"] == RUN_ID:
+                    return DEMO_TEMPLATE, mark["world"]
+            if row is not None:
+                admin.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(name))
+                admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(name))
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
+            env = stack_env(DATABASE_URL=f"{PG_SERVER}/{DEMO_TEMPLATE}", REDIS_URL=redis_url)
+            world = services.load_demo(env)
+            # No connection may reach it (autovacuum's included): CREATE DATABASE ... TEMPLATE needs it idle.
+            admin.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(name))
+            mark = sql.Literal(json.dumps({"run": RUN_ID, "world": world}))
+            admin.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(name, mark))
+            return DEMO_TEMPLATE, world
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(hashtext(%s))", [DEMO_TEMPLATE])
+
+
+def drop_demo_template() -> None:
+    """At the end of the run (the xdist controller, or the only process): the template goes."""
+    from psycopg import sql
+
+    with contextlib.suppress(Exception), _admin() as admin:
+        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DEMO_TEMPLATE]).fetchone():
+            name = sql.Identifier(DEMO_TEMPLATE)
+            admin.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(name))
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(name))
+
+
+def load_demo(env: dict[str, str]) -> dict:
+    """The demo world in env's database: on the test run's PostgreSQL a copy of the run's template
+    (`CREATE DATABASE ... TEMPLATE`, a second; the database is made again), elsewhere (SQLite)
+    migrate and `manage.py demo` in a process; the world's JSON."""
+    server, _, name = env["DATABASE_URL"].rpartition("/")
+    if server != PG_SERVER:
+        return services.load_demo(env)
+    from psycopg import sql
+
+    template, world = demo_template(env["REDIS_URL"])
+    with _admin() as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        admin.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+    return world
+
+
 # --- a websocket (Daphne) server ------------------------------------------------------------------
 
-# The websocket servers' database (a suffix per module) and Redis database: 6-8, 10-15 serve other tests.
-FULLSTACK_DB_NAME = os.environ.get("FULLSTACK_DATABASE_NAME", "exchange_fullstack_test")
-FULLSTACK_REDIS_DB = int(os.environ.get("FULLSTACK_REDIS_DB", "9"))
-# tests/streams/test_fairness.py's own (its flood must not share a server's database with the others).
-FAIRNESS_DB_NAME = os.environ.get("FAIRNESS_DATABASE_NAME", "exchange_fairness_test")
-FAIRNESS_REDIS_DB = int(os.environ.get("FAIRNESS_REDIS_DB", "6"))
+# tests/streams/test_fairness.py's own database (its flood must not share a server's database with the
+# others); the worker's fullstack Redis database, which private_services empties before and after (a
+# worker runs its modules one after the other).
+FAIRNESS_DB_NAME = f"{FULLSTACK_DB_NAME}_fairness"
+FAIRNESS_REDIS_DB = FULLSTACK_REDIS_DB
 PING_INTERVAL, PING_TIMEOUT = 1, 2  # seconds: Daphne's --ping-interval and --ping-timeout here
 
 
@@ -166,3 +260,31 @@ def daphne(
     with process(args, env, "daphne") as proc:
         wait_for_port(port, proc)
         yield Server(port, env, proc.proc, proc.log, world)
+
+
+# --- connections left open ------------------------------------------------------------------------
+
+
+def other_connections(connection) -> list[str]:
+    """The other sessions on `connection`'s PostgreSQL database (a Django connection): pid, state,
+    application and the last statement of each; [] elsewhere (SQLite)."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, state, application_name, backend_start, left(query, 300) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() ORDER BY backend_start"
+        )
+        rows = cursor.fetchall()
+    return [f"pid {pid} ({state}, {app!r}, since {start:%H:%M:%S}): {query}" for pid, state, app, start, query in rows]
+
+
+def end_other_connections(connection) -> None:
+    """End the other sessions on `connection`'s PostgreSQL database (at the end of a run, named first)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )

@@ -40,6 +40,8 @@ import pytest
 
 from tests.support.client import hmac_hex, now_ms
 from tests.support.stack import (
+    CRASH_DB_NAME,
+    CRASH_REDIS_DB,
     PYTHON,
     ROOT,
     Proc,
@@ -53,8 +55,7 @@ from tests.support.stack import (
     wait_for_port,
 )
 
-DB_NAME = os.environ.get("CRASH_DATABASE_NAME", "exchange_crash_test")
-REDIS_DB = int(os.environ.get("CRASH_REDIS_DB", "8"))
+DB_NAME, REDIS_DB = CRASH_DB_NAME, CRASH_REDIS_DB  # this worker's (tests/support/stack.py)
 SETTLE_SECONDS = 30  # apply -> SUCCEEDED, a lost pool child included
 ETH_ADDRESS = "0x00000000000000000000000000000000000d3e40"  # the demo master's ETH whitelist entry
 ETH_FEE = Decimal("0.005")  # the demo ETH network's withdrawal fee
