@@ -105,9 +105,9 @@ def pytest_sessionfinish(session):
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's test database; before it is dropped, every other session on it is named
     (tests/README.md) and ended, so that the drop does not fail ("being accessed by other users").
-    Known: a Django connection of asgiref's sync thread (an async test's sync_to_async, e.g.
-    tests/wallet/test_transfers.py::test_both_streams_receive_the_transfer) outlives the per-test close
-    below; what still holds it is not found yet."""
+    Causes found: an async test's sync_to_async thread (closed after each test, below) and the
+    browser tests' database calls while Playwright's loop runs (closed by tests/backoffice/conftest.py's
+    `browser`); a clean run names none."""
     yield
     with django_db_blocker.unblock():
         # A session just closed ends on the server a moment later (as DROP DATABASE, wait up to 5 s).

@@ -8,6 +8,7 @@ Browser tests also take pytest-django's `live_server` and `@pytest.mark.django_d
 from __future__ import annotations
 
 import pytest
+from django.db import connections
 
 from tests.support import browser as browser_support
 from tests.support.staff import staff_member
@@ -24,7 +25,14 @@ def browser(monkeypatch):
         pytest.fail("Chromium is not installed: `make services` installs Debian's chromium package.")
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with browser_support.chromium() as started:
-        yield started
+        try:
+            yield started
+        finally:
+            # While that loop runs, asgiref's Local (Django's `connections`) keeps this thread's
+            # connections in the context, not the thread: the test's database calls open a
+            # connection that pytest-django, closing the thread's after the loop is gone, never
+            # sees. Closed here, while the loop still runs (it was left open until the run's end).
+            connections.close_all()
 
 
 @pytest.fixture
