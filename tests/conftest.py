@@ -13,6 +13,7 @@ from io import StringIO
 
 import pytest
 from asgiref.sync import SyncToAsync
+from celery import _state as celery_state
 from channels.layers import channel_layers
 from django.core.management import call_command
 from django.db import connections
@@ -140,6 +141,11 @@ def _fresh_rate_limits(request, django_db_blocker):
     forget_cached_ids()
     clear_all()  # cached reference data of rolled-back tests
     forget_listen_keys()  # account ids restart in a new test database: old keys would point at them
+    # Celery's process-wide "inside a worker: never wait on a result" flag: code an earlier test ran
+    # in this process can leave it set (seen once the simulation ran first on a worker: a later
+    # `ledger_check_task.delay().get()` raised "Never call result.get() within a task!"). Which code
+    # sets it is not established; each test starts as a plain process.
+    celery_state._set_task_join_will_block(False)
     # A new channel layer per test: each test runs in its own event loop, and a Redis layer that
     # outlived a test whose receives were cancelled (the streams hub lets go of its receive without
     # waiting) may keep that loop's receive state; in whole-suite runs a later test's loop then
