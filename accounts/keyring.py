@@ -60,12 +60,13 @@ from dataclasses import dataclass, field
 
 from cryptography.fernet import InvalidToken
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections, connection, transaction
-from django.db.models import F
+from django.db import close_old_connections, connection, transaction
 
 from accounts.crypto import decrypt_secret
 from accounts.ledger.posting import fetch_prepared
-from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, RevocationLog, RevocationSequence, User
+from accounts.models import FUNCTIONAL_KEY_TYPES, ApiKey, ApiKeyStatus, User
+from accounts.revocation_log import DATABASE_LOG_ID, LOG_LENGTH, log_revocation
+from accounts.revocation_log import read as _read_database_log
 from exchange.api.signing import signer
 from exchange.runtime import redis_clients
 from exchange.runtime.outage import Outage
@@ -76,15 +77,11 @@ logger = logging.getLogger(__name__)
 LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
 LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
 # The log's identity in the database (embedded): the Redis log's is a random text, never this one.
-DATABASE_LOG_ID = "database"
-# The database log is trimmed to its newest LOG_LENGTH entries every TRIM_EVERY appends.
-TRIM_EVERY = 1000
 
 INVALIDATE_CHANNEL = "exchange:keyring:invalidate"  # + ":<database number>", see _channel
 # The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)
 # and a sorted set of "account:sequence" scored by sequence, trimmed to LOG_LENGTH entries.
 LOG_KEYS = ("exchange:keyring:seq", "exchange:keyring:log-id", "exchange:keyring:log")
-LOG_LENGTH = 100_000
 _LOG_APPEND = """
 redis.call('SET', KEYS[2], ARGV[2], 'NX')
 local n = redis.call('INCR', KEYS[1])
@@ -458,33 +455,6 @@ class KeyringCache:
             except Exception as exc:  # noqa: BLE001 - it retries every second; the Outage logs it
                 LISTEN_OUTAGE.failed(exc)
                 time.sleep(1)
-
-
-def log_revocation(account_id: int) -> None:
-    """Without Redis: append `account_id` to the database's revocation log, in the caller's
-    transaction (the change commits with its entry, or neither does). A failure is logged and
-    leaves the change alone: other processes then fall back on API_KEY_CACHE_SECONDS."""
-    try:
-        with transaction.atomic():
-            if not RevocationSequence.objects.filter(pk=1).update(value=F("value") + 1):
-                RevocationSequence.objects.create(pk=1, value=1)  # a flushed database (tests)
-            sequence = RevocationSequence.objects.values_list("value", flat=True).get(pk=1)
-            RevocationLog.objects.create(seq=sequence, account_id=account_id)
-            if sequence % TRIM_EVERY == 0:
-                RevocationLog.objects.filter(seq__lte=sequence - LOG_LENGTH).delete()
-    except DatabaseError:
-        logger.exception("Could not append a revocation of account %s to the database's log", account_id)
-
-
-def _read_database_log(last: int) -> tuple[int, list[int]]:
-    """(the log's sequence, the accounts of its entries after `last`); no accounts when the
-    reader is further behind than the log is long (it must then forget everything). The counter is
-    read first: every entry up to it has committed."""
-    sequence = RevocationSequence.objects.filter(pk=1).values_list("value", flat=True).first() or 0
-    if sequence <= last or sequence - last > LOG_LENGTH:
-        return sequence, []
-    rows = list(RevocationLog.objects.filter(seq__gt=last, seq__lte=sequence).values_list("account_id", flat=True))
-    return sequence, rows if len(rows) == sequence - last else []
 
 
 _redis_client = None

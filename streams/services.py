@@ -14,8 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from accounts.keyring import log_revocation
 from accounts.models import ApiKey, ApiKeyStatus, User
+from accounts.revocation_log import log_revocation
 from exchange.api import ratelimit
 from exchange.api.errors import (
     AccountFrozen,

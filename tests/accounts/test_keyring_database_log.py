@@ -15,9 +15,10 @@ from django.db import transaction
 from django.test import override_settings
 
 import accounts.keyring as keyring_module
-from accounts import services
-from accounts.keyring import DATABASE_LOG_ID, KeyringCache
+from accounts import revocation_log, services
+from accounts.keyring import KeyringCache
 from accounts.models import RevocationLog, RevocationSequence
+from accounts.revocation_log import DATABASE_LOG_ID
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -163,9 +164,9 @@ def test_entries_evict_only_their_accounts(make_user, make_key):
 
 def test_the_log_is_trimmed_to_its_length(make_user, monkeypatch):
     user = make_user()
-    monkeypatch.setattr(keyring_module, "LOG_LENGTH", 3)
-    monkeypatch.setattr(keyring_module, "TRIM_EVERY", 2)
+    monkeypatch.setattr(revocation_log, "LOG_LENGTH", 3)
+    monkeypatch.setattr(revocation_log, "TRIM_EVERY", 2)
     for _ in range(6):
-        keyring_module.log_revocation(user.pk)
+        revocation_log.log_revocation(user.pk)
     sequence = _sequence()
     assert set(RevocationLog.objects.values_list("seq", flat=True)) <= set(range(sequence - 3, sequence + 1))
