@@ -9,8 +9,11 @@ DEFAULT_LIMITS = {"daily": Decimal("500000"), "monthly": Decimal("5000000"), "an
 
 
 def seed_defaults() -> None:
-    from accounts.ledger.system import role_account_ids
+    from accounts.ledger.system import forget_cached_ids, role_account_ids
 
+    # After a test database's flush (which re-sends post_migrate) the process may still remember
+    # system accounts that were just truncated: a remembered shard would not be created again.
+    forget_cached_ids()
     if not LimitTier.objects.filter(is_default=True).exists():
         tier = LimitTier.objects.create(name="Standard", currency="PHP", is_default=True)
         for period, amount in DEFAULT_LIMITS.items():

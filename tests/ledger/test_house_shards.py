@@ -359,3 +359,19 @@ def test_a_refund_nobody_can_pay_is_refused_and_moves_nothing(make_user, operato
     second.refresh_from_db()
     assert second.reversal_posting_id is None
     assert ledger_check().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_flush_re_seeds_every_shard_the_process_remembered():
+    """A test database's flush truncates the system accounts and re-sends post_migrate; the seed
+    must create every shard again even though this process remembers their old ids (it once left
+    WORLD's shard 0 uncreated: a later test found 15 of its 16 shards)."""
+    from django.core.management import call_command
+
+    from accounts.ledger.models import LedgerAccount
+
+    remembered = ledger.role_account_ids(SystemRole.WORLD)  # outside any transaction: remembered
+    call_command("flush", interactive=False, verbosity=0)
+    shards = LedgerAccount.objects.filter(user__system_role=SystemRole.WORLD)
+    assert shards.count() == len(remembered) > 1
+    assert set(ledger.role_account_ids(SystemRole.WORLD)) == set(shards.values_list("user_id", flat=True))

@@ -55,7 +55,7 @@ SLACK_SECONDS = 0.5  # beyond the server: the network and the flooded clients' o
 CONSUMER_CLOSE = "(4006, too slow)"  # streams/consumers.py check_lag's line; the hub writes "(4006, the hub is behind)"
 
 POSTER = """
-import json, sys, time
+import json, os, sys, time
 from decimal import Decimal
 import django
 django.setup()
@@ -78,7 +78,7 @@ while time.time() < start + seconds:
     if pause > 0:
         time.sleep(pause)
     result = ledger.post(legs=ledger.move(world, account, "BTC", Decimal("0.001")), kind="CHAIN_DEPOSIT",
-                         reference=f"fairness:{time.time_ns()}")
+                         reference=f"fairness:{os.getpid()}:{start}:{i}")
     after = next(b for b in result.balances if b.account_id == account)
     records.append([str(after.free), committed[-1]])
     i += 1
