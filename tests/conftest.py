@@ -20,6 +20,10 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 from django.dispatch import receiver
 
+# The ASGI application's module calls django.setup() again when first imported, which reconfigures
+# logging and drops the root's handlers, caplog's included: a test that opened the first websocket
+# of its process saw an empty caplog (tests/streams/test_hub.py's slow-consumer test, run alone).
+import exchange.asgi  # noqa: F401
 from accounts.keyring import keyrings
 from accounts.ledger.posting import forget_asset_ids
 from accounts.ledger.system import forget_cached_ids

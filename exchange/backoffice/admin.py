@@ -59,13 +59,13 @@ class ChangeRequestAdmin(ReadOnlyAdmin):
             return HttpResponseNotAllowed(["POST"])
         proposal = get_object_or_404(ChangeRequest, pk=pk)
         back = HttpResponseRedirect(reverse("admin:exchange_changerequest_change", args=[pk]))
+        if not request.user.has_perm(changes.APPROVE_PERMISSION) and proposal.proposed_by_id != request.user.pk:
+            raise PermissionDenied  # before anything else: a stranger learns nothing from the form's checks
         form = ChangeDecisionForm(request.POST)
         if not form.is_valid():
             self.message_user(request, "Choose to approve or to cancel.", messages.ERROR)
             return back
         decision, reason = form.cleaned_data["decision"], form.cleaned_data["reason"]
-        if not request.user.has_perm(changes.APPROVE_PERMISSION) and proposal.proposed_by_id != request.user.pk:
-            raise PermissionDenied
         try:
             if decision == "approve":
                 changes.change_approve(request_id=pk, approved_by=request.user, reason=reason)
