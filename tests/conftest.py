@@ -147,8 +147,10 @@ def _fresh_rate_limits(request, django_db_blocker):
     forget_listen_keys()  # account ids restart in a new test database: old keys would point at them
     # Celery's process-wide "inside a worker: never wait on a result" flag: code an earlier test ran
     # in this process can leave it set (seen once the simulation ran first on a worker: a later
-    # `ledger_check_task.delay().get()` raised "Never call result.get() within a task!"). Which code
-    # sets it is not established; each test starts as a plain process.
+    # `ledger_check_task.delay().get()` raised "Never call result.get() within a task!"). The cause:
+    # an eager apply_async (CELERY_TASK_ALWAYS_EAGER) sets the flag for its duration and puts back
+    # what it found (celery.result.denied_join_result), and the flag is one global, not per thread;
+    # two threads applying eagerly at once can leave it set for good. Each test starts as a plain process.
     celery_state._set_task_join_will_block(False)
     # A new channel layer per test: each test runs in its own event loop, and a Redis layer that
     # outlived a test whose receives were cancelled (the streams hub lets go of its receive without
