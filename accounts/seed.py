@@ -3,13 +3,13 @@ Idempotent; run after every migrate (post_migrate)."""
 
 from decimal import Decimal
 
-from accounts.models import LimitTier, SystemRole, TierLimit
+from accounts.models import LimitTier, TierLimit
 
 DEFAULT_LIMITS = {"daily": Decimal("500000"), "monthly": Decimal("5000000"), "annually": Decimal("60000000")}
 
 
 def seed_defaults() -> None:
-    from accounts.ledger.system import forget_cached_ids, role_account_ids
+    from accounts.ledger.system import ensure_all, forget_cached_ids
 
     # After a test database's flush (which re-sends post_migrate) the process may still remember
     # system accounts that were just truncated: a remembered shard would not be created again.
@@ -20,5 +20,4 @@ def seed_defaults() -> None:
             TierLimit.objects.create(
                 tier=tier, period=period, cash_in_limit=amount, cash_out_limit=amount, total_withdraw_limit=amount
             )
-    for role in SystemRole:
-        role_account_ids(role)  # creates every shard
+    ensure_all()  # every shard of every system role

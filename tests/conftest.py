@@ -31,11 +31,12 @@ from exchange.api import ratelimit
 from exchange.runtime.ttlcache import clear_all
 from exchange.settings import testnames
 from streams import relay
-from tests.support import loop_teardown, skips, stack
+from tests.support import flush, loop_teardown, skips, stack
 from tests.support.client import SignedClient
 from tests.support.factories import ApiKeyFactory, UserFactory
 from tests.support.streams import forget_listen_keys
 
+flush.install()  # a transactional test's flush truncates only what holds rows
 loop_teardown.install()  # each async test's loop ends within seconds, or the test errors with the stuck tasks
 
 
