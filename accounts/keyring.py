@@ -76,7 +76,6 @@ logger = logging.getLogger(__name__)
 # then every 10 s, then when they are back (exchange/runtime/outage.py).
 LISTEN_OUTAGE = Outage(logger, "Keyring invalidation listener lost Redis; retrying every second", settle=0.0)
 LOG_OUTAGE = Outage(logger, "Cannot read the keyring revocation log; keys come from the database", settle=0.0)
-# The log's identity in the database (embedded): the Redis log's is a random text, never this one.
 
 INVALIDATE_CHANNEL = "exchange:keyring:invalidate"  # + ":<database number>", see _channel
 # The revocation log: a counter, the log's identity (a Redis that lost its data starts a new log)

@@ -30,6 +30,13 @@ class SystemRole(models.TextChoices):
     EQUITY = "equity", "Operator adjustments and funding"
 
 
+def family_email(email: str, requested_email: str) -> str:
+    """How an account is named to its family (the sub-account endpoints, and `em` on the master's
+    stream): a virtual sub-account by the e-mail its master named it with (`requested_email`,
+    issue 34), any other by its own e-mail. Outside the family (P2P, logins) only `email` counts."""
+    return requested_email or email
+
+
 class User(AbstractBaseUser, PermissionsMixin):
     """A customer account (identified by e-mail, and by phone number where it has one) or a staff
     member. A sub-account points at its master; a master has no master."""

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db import DatabaseError, transaction
-from django.db.models import F
+from django.db import DatabaseError, connection, transaction
 
 from accounts.models import RevocationLog, RevocationSequence
 
@@ -26,14 +25,25 @@ def log_revocation(account_id: int) -> None:
     leaves the change alone: other processes then fall back on API_KEY_CACHE_SECONDS."""
     try:
         with transaction.atomic():
-            if not RevocationSequence.objects.filter(pk=1).update(value=F("value") + 1):
-                RevocationSequence.objects.create(pk=1, value=1)  # a flushed database (tests)
-            sequence = RevocationSequence.objects.values_list("value", flat=True).get(pk=1)
+            sequence = _next_sequence()
             RevocationLog.objects.create(seq=sequence, account_id=account_id)
             if sequence % TRIM_EVERY == 0:
                 RevocationLog.objects.filter(seq__lte=sequence - LOG_LENGTH).delete()
     except DatabaseError:
         logger.exception("Could not append a revocation of account %s to the database's log", account_id)
+
+
+def _next_sequence() -> int:
+    """The counter, bumped under its row lock and read in one statement (RETURNING: PostgreSQL,
+    SQLite >= 3.35); its row is created on first use (a flushed database)."""
+    table = connection.ops.quote_name(RevocationSequence._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET value = value + 1 WHERE id = 1 RETURNING value")  # noqa: S608
+        row = cursor.fetchone()
+    if row is not None:
+        return row[0]
+    RevocationSequence.objects.create(pk=1, value=1)
+    return 1
 
 
 def read(last: int) -> tuple[int, list[int]]:

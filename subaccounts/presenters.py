@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from accounts.models import ApiKey, ApiKeyType, User
+from accounts.models import ApiKey, ApiKeyType, User, family_email
 from accounts.selectors import AssetBalance
 from exchange.api import formatting as fmt
 from subaccounts.models import FundCollection, SubAccountTransfer
-
-
-def family_email(account: User) -> str:
-    """How the family's endpoints show an account: a virtual sub-account by the e-mail its master
-    named it with (`requested_email`, issue 34), any other by its own e-mail. Only inside the family:
-    outside it (P2P records, the account's own e-mail) a virtual sub-account is its address."""
-    return account.requested_email or account.email
 
 
 def sub_account_json(sub: User, *, create_time_as_text: bool) -> dict:
     """The spec's Sub-account record: createTime a string in list answers, an integer on creation."""
     created = fmt.millis(sub.date_joined)
     return {
-        "email": family_email(sub),
+        "email": family_email(sub.email, sub.requested_email),
         "createTime": str(created) if create_time_as_text else created,
         "isFreeze": sub.is_frozen,
     }
@@ -50,8 +43,8 @@ def transfer_json(transfer: SubAccountTransfer) -> dict:
     """The spec's sub-account transfer record."""
     return {
         "clientTranId": transfer.client_tran_id,
-        "fromEmail": family_email(transfer.from_account),
-        "toEmail": family_email(transfer.to_account),
+        "fromEmail": family_email(transfer.from_account.email, transfer.from_account.requested_email),
+        "toEmail": family_email(transfer.to_account.email, transfer.to_account.requested_email),
         "asset": transfer.asset.code,
         "amount": fmt.amount(transfer.amount, transfer.asset.transfer_precision),
         "createdAt": fmt.millis(transfer.created_at),

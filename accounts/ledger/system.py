@@ -54,22 +54,30 @@ def role_account_ids(role: SystemRole | str) -> list[int]:
     return [system_account_id(role, shard) for shard in range(shard_count(role))]
 
 
+def _system_user(role: SystemRole | str, shard: int) -> User:
+    """The (unsaved) account of `role`'s shard `shard`: no login, no usable password."""
+    role = SystemRole(role)
+    suffix = f"-{shard}" if shard else ""
+    user = User(email=f"system+{role.value}{suffix}@ledger.internal", system_role=role, system_shard=shard)
+    user.is_active = False
+    user.set_unusable_password()
+    return user
+
+
+def _ledger_flags(role: SystemRole | str) -> dict[str, bool]:
+    """A system account's ledger row: the world and equity may go negative; no limits."""
+    return {"allow_negative": SystemRole(role) in NEGATIVE_ALLOWED, "track_limits": False}
+
+
 def _ensure(role: SystemRole, shard: int) -> int:
     existing = User.objects.filter(system_role=role, system_shard=shard).values_list("id", flat=True).first()
     if existing is not None:
         return existing
-    suffix = f"-{shard}" if shard else ""
     try:
         with transaction.atomic():
-            user = User.objects.create_user(
-                email=f"system+{role.value}{suffix}@ledger.internal",
-                system_role=role,
-                system_shard=shard,
-                is_active=False,
-            )
-            LedgerAccount.objects.update_or_create(
-                user=user, defaults={"allow_negative": role in NEGATIVE_ALLOWED, "track_limits": False}
-            )
+            user = _system_user(role, shard)
+            user.save()  # post_save opens its ledger row; its flags are set here
+            LedgerAccount.objects.update_or_create(user=user, defaults=_ledger_flags(role))
             return user.id
     except IntegrityError:  # created concurrently
         return User.objects.get(system_role=role, system_shard=shard).id
@@ -82,19 +90,12 @@ def ensure_all() -> None:
     wanted = {(role.value, shard) for role in SystemRole for shard in range(shard_count(role))}
     system = User.objects.filter(system_role__in=[role.value for role in SystemRole])
     missing = wanted - set(system.values_list("system_role", "system_shard"))
-    if missing:
-        users = []
-        for role, shard in sorted(missing):
-            suffix = f"-{shard}" if shard else ""
-            user = User(email=f"system+{role}{suffix}@ledger.internal", system_role=role, system_shard=shard)
-            user.is_active = False
-            user.set_unusable_password()
-            users.append(user)
-        User.objects.bulk_create(users, ignore_conflicts=True)  # no post_save: the ledger rows below
+    if missing:  # no post_save in a bulk insert: the ledger rows below
+        User.objects.bulk_create([_system_user(*each) for each in sorted(missing)], ignore_conflicts=True)
     opened = set(LedgerAccount.objects.filter(user__in=system).values_list("user_id", flat=True))
     LedgerAccount.objects.bulk_create(
         [
-            LedgerAccount(user_id=pk, allow_negative=role in NEGATIVE_ALLOWED, track_limits=False)
+            LedgerAccount(user_id=pk, **_ledger_flags(role))
             for pk, role in system.values_list("pk", "system_role")
             if pk not in opened
         ],

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from channels.db import database_sync_to_async
 
-from accounts.models import User
+from accounts.models import User, family_email
 from streams import relay
 from streams.hub.ordering import Feed, gap_wait_seconds
 
@@ -57,8 +57,8 @@ def _infos(account_ids: Iterable[int], masters: list[int] | None = None) -> dict
     )
     infos = {}
     for pk, email, requested_email, master, whitelisted, joined, is_whitelisted_master in rows:
-        # `em` goes to the master: a virtual sub-account by the e-mail it was named with (issue 34).
-        infos[pk] = AccountInfo(requested_email or email, master, bool(master and whitelisted), joined.timestamp())
+        named = family_email(email, requested_email)  # `em` on the master's stream
+        infos[pk] = AccountInfo(named, master, bool(master and whitelisted), joined.timestamp())
         if is_whitelisted_master and masters is not None:
             masters.append(pk)
     return infos
@@ -76,7 +76,7 @@ def read_accounts(account_ids: list[int]) -> Read:
         )
         for pk, email, requested_email, master, joined in rows:
             subs[pk] = master
-            infos.setdefault(pk, AccountInfo(requested_email or email, master, True, joined.timestamp()))
+            infos.setdefault(pk, AccountInfo(family_email(email, requested_email), master, True, joined.timestamp()))
     seqs = relay.current_seqs([*account_ids, *subs])
     return Read({a: seqs.get(a, 0) for a in [*account_ids, *subs]}, infos, subs)
 

@@ -12,7 +12,7 @@ from django.db import connection as db_connection
 from django.utils import timezone
 
 from accounts.ledger.models import Asset, BalanceChange
-from accounts.models import LedgerAccount, User
+from accounts.models import LedgerAccount, User, family_email
 from exchange.api import formatting as fmt
 from streams import clock
 from streams.events import row_payload
@@ -51,7 +51,7 @@ def _audiences(account_ids) -> dict[int, tuple[str, list[int]]]:
         for pk, email, requested_email, master, whitelisted in rows:
             _audience_cache[pk] = (
                 now + AUDIENCE_TTL_SECONDS,
-                requested_email or email,  # `em` goes to the master: the e-mail it named the sub-account with
+                family_email(email, requested_email),  # `em`, as the master named the sub-account
                 [pk] + ([master] if master and whitelisted else []),
             )
     return {a: (_audience_cache[a][1], _audience_cache[a][2]) for a in wanted if a in _audience_cache}

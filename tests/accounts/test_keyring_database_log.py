@@ -19,6 +19,7 @@ from accounts import revocation_log, services
 from accounts.keyring import KeyringCache
 from accounts.models import RevocationLog, RevocationSequence
 from accounts.revocation_log import DATABASE_LOG_ID
+from tests.support.keyring import record_evictions, warm
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,27 +29,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def embedded():
     with override_settings(REDIS_URL=""):  # no Redis: the database's log is the only cross-process signal
         yield
-
-
-def _warm(cache: KeyringCache, key: str) -> None:
-    def trusted() -> bool:  # the reader's first read (it starts clean) may follow the load
-        cache.lookup(key)
-        return cache.cached(key)
-
-    wait_until(trusted, what="the cache to trust the key")
-
-
-def _evictions(cache: KeyringCache) -> list[tuple[float, int]]:
-    """(monotonic time, account) of each eviction `cache` makes from now on, once done."""
-    done: list[tuple[float, int]] = []
-    evict = cache.evict
-
-    def recorded(user_id: int) -> None:
-        evict(user_id)
-        done.append((time.monotonic(), user_id))
-
-    cache.evict = recorded
-    return done
 
 
 def _read_by_hand() -> KeyringCache:
@@ -74,9 +54,9 @@ def _sequence() -> int:
 def test_a_key_disabled_elsewhere_is_evicted_within_the_bound(make_user, make_key, capsys):
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()
-    _warm(other_process, api_key.key)
+    warm(other_process, api_key.key)
     assert other_process._log_position[0] == DATABASE_LOG_ID
-    evictions = _evictions(other_process)
+    evictions = record_evictions(other_process)
     committed = []
     with transaction.atomic():
         transaction.on_commit(lambda: committed.append(time.monotonic()))  # the first after-commit step
@@ -95,7 +75,7 @@ def test_without_the_entry_the_other_process_keeps_trusting_its_cache(make_user,
     before issue 34: trusted until API_KEY_CACHE_SECONDS)."""
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()
-    _warm(other_process, api_key.key)
+    warm(other_process, api_key.key)
     monkeypatch.setattr(keyring_module, "log_revocation", lambda account_id: None)
     services.api_key_set_status(api_key=api_key, enabled=False)
     moment = time.monotonic()

@@ -12,31 +12,10 @@ from django.test import override_settings
 import accounts.keyring as keyring_module
 from accounts import services
 from accounts.keyring import LOG_KEYS, KeyringCache, keyrings
+from tests.support.keyring import record_evictions, warm
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _warm(cache: KeyringCache, key: str) -> None:
-    def trusted() -> bool:  # the reader's first read (it starts clean) may follow the load
-        cache.lookup(key)
-        return cache.cached(key)
-
-    wait_until(trusted, what="the cache to trust the key")
-
-
-def _evictions(cache: KeyringCache) -> list[tuple[float, int]]:
-    """(time, account) of each eviction `cache` makes from now on (its log reader's, its listener's),
-    recorded once done: the moment it stops answering for that account from its cache."""
-    done: list[tuple[float, int]] = []
-    evict = cache.evict
-
-    def recorded(user_id: int) -> None:
-        evict(user_id)
-        done.append((time.monotonic(), user_id))
-
-    cache.evict = recorded
-    return done
 
 
 @pytest.fixture
@@ -77,8 +56,8 @@ def test_a_disabled_key_is_refused_by_another_process_when_the_message_is_lost(
 ):
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()  # its own listener and log reader, as in another worker
-    _warm(other_process, api_key.key)
-    evictions = _evictions(other_process)
+    warm(other_process, api_key.key)
+    evictions = record_evictions(other_process)
     earlier = len(committed)
 
     services.api_key_set_status(api_key=api_key, enabled=False)  # commits; the message is lost
@@ -97,7 +76,7 @@ def test_without_the_log_a_lost_message_would_leave_the_key_cached(make_user, ma
     trusting its cache (until API_KEY_CACHE_SECONDS), which is what the log is for."""
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()
-    _warm(other_process, api_key.key)
+    warm(other_process, api_key.key)
     monkeypatch.setattr(keyring_module, "_LOG_APPEND", "return 0")
     services.api_key_set_status(api_key=api_key, enabled=False)
     _wait_for_a_read_after(other_process, time.monotonic())
@@ -109,7 +88,7 @@ def test_a_process_that_cannot_read_the_log_stops_trusting_its_cache(make_user, 
     missed, so keys come from the database until the log is read again."""
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()
-    _warm(other_process, api_key.key)
+    warm(other_process, api_key.key)
     real_client = keyring_module._log_client
 
     def unreachable():
@@ -122,7 +101,7 @@ def test_a_process_that_cannot_read_the_log_stops_trusting_its_cache(make_user, 
     assert other_process._trust_until <= cut_off + keyring_module.settings.API_KEY_REVOCATION_SECONDS
     assert other_process.lookup(api_key.key)[1].is_enabled  # still served, from the database
     monkeypatch.setattr(keyring_module, "_log_client", real_client)
-    _warm(other_process, api_key.key)  # trusted again once the log is read
+    warm(other_process, api_key.key)  # trusted again once the log is read
 
 
 def test_without_redis_a_process_trusts_its_cache_once_it_read_the_databases_log(make_user, make_key):
@@ -139,7 +118,7 @@ def test_without_redis_a_process_trusts_its_cache_once_it_read_the_databases_log
 def test_a_new_log_after_redis_lost_its_data_clears_the_cache(make_user, make_key):
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()
-    _warm(other_process, api_key.key)
+    warm(other_process, api_key.key)
     keyring_module._log_client().delete(*LOG_KEYS)  # Redis restarted empty
     services.api_key_set_status(api_key=api_key, enabled=True)  # a new log (sequence 1)
     other_process.sync()
@@ -149,7 +128,7 @@ def test_a_new_log_after_redis_lost_its_data_clears_the_cache(make_user, make_ke
 def test_a_reader_further_behind_than_the_log_is_long_starts_clean(make_user, make_key, monkeypatch):
     api_key, _ = make_key(make_user())
     other_process = KeyringCache()
-    _warm(other_process, api_key.key)
+    warm(other_process, api_key.key)
     log_id, sequence = other_process._log_position
     keyring_module._log_client().set(LOG_KEYS[0], sequence + keyring_module.LOG_LENGTH + 5)
     other_process.sync()
@@ -180,7 +159,7 @@ def test_a_key_created_elsewhere_is_found_within_the_bound_when_the_message_is_l
     user = make_user()  # before the other process starts: its first read starts clean after it
     other_process = KeyringCache()
     _remember_unknown(other_process, key)
-    evictions = _evictions(other_process)  # an eviction forgets every remembered unknown key
+    evictions = record_evictions(other_process)  # an eviction forgets every remembered unknown key
     earlier = len(committed)
 
     created = _created_with_key(user, key)

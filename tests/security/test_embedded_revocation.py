@@ -21,28 +21,23 @@ neither PostgreSQL nor Redis.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import sqlite3
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime
-from urllib.parse import urlencode
 
 import pytest
-import requests
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from tests.support.revocation import Poller, StreamWatcher, new_listen_key
 from tests.support.stack import daphne, daphne_env, load_demo, manage
 
 pytestmark = pytest.mark.timeout(300)
 
 BOUND = 1.0  # seconds: docs/security.md, "Revocation is bounded"
-POLL = 0.02
 CAP = 8  # connections per listenKey and per address on this server (finding 6)
 KEY_DEAD = 4001
 NESTED = "[" * 50_000
@@ -79,65 +74,9 @@ def _saved_at(server, key: str) -> float:
     return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
 
 
-def _signed_get(session: requests.Session, server, key: str, secret: str) -> tuple[int, int | None]:
-    query = urlencode({"timestamp": int(time.time() * 1000)})
-    signature = hmac.new(secret.encode(), query.encode(), hashlib.sha256).hexdigest()
-    response = session.get(
-        f"{server.http}/openapi/v1/account?{query}&signature={signature}", headers={"X-SERVICE-APIKEY": key}, timeout=5
-    )
-    return response.status_code, (None if response.status_code == 200 else response.json().get("code"))
-
-
-class Poller(threading.Thread):
-    """Polls the server with the key until it is refused: `refused_at` (wall clock) and the answer."""
-
-    def __init__(self, server, key: str, secret: str):
-        super().__init__(daemon=True)
-        self.server, self.key, self.secret = server, key, secret
-        self.accepted = threading.Event()
-        self.refused_at: float | None = None
-        self.answer: tuple[int, int | None] | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        with requests.Session() as session:
-            while not self.stop.is_set():
-                status, code = _signed_get(session, self.server, self.key, self.secret)
-                if status != 200:
-                    self.refused_at, self.answer = time.time(), (status, code)
-                    return
-                self.accepted.set()
-                time.sleep(POLL)
-
-
-class StreamWatcher(threading.Thread):
-    """Holds a websocket until the server closes it: `closed_at` (wall clock) and the close code."""
-
-    def __init__(self, url: str):
-        super().__init__(daemon=True)
-        self.ws = connect(url, open_timeout=10, proxy=None)
-        self.closed_at: float | None = None
-        self.code: int | None = None
-
-    def run(self) -> None:
-        with self.ws as ws, contextlib.suppress(TimeoutError):
-            try:
-                while True:
-                    ws.recv(timeout=30)
-            except ConnectionClosed as closed:
-                self.closed_at = time.time()
-                self.code = closed.rcvd.code if closed.rcvd is not None else None
-
-
-def _listen_key(server, key: str) -> str:
-    response = requests.post(f"{server.http}/openapi/v1/userDataStream", headers={"X-SERVICE-APIKEY": key}, timeout=10)
-    assert response.status_code == 200, response.text
-    return response.json()["listenKey"]
-
-
 def test_apikey_disable_from_another_process_is_refused_and_closes_the_stream_within_a_second(embedded, capsys):
     key, secret = _create_key(embedded)
-    listen_key = _listen_key(embedded, key)
+    listen_key = new_listen_key(embedded, key)
     poller = Poller(embedded, key, secret)
     stream = StreamWatcher(embedded.ws_url(listen_key))
     poller.start()
@@ -166,7 +105,7 @@ def test_apikey_disable_from_another_process_is_refused_and_closes_the_stream_wi
     assert stream.code == KEY_DEAD
     # The closed listenKey is not handed out again (the server's store still holds it): the
     # account's other, enabled key gets a new one, on which a stream opens.
-    fresh = _listen_key(embedded, embedded.world["master"]["api_key"])
+    fresh = new_listen_key(embedded, embedded.world["master"]["api_key"])
     assert fresh != listen_key
     with connect(embedded.ws_url(fresh), open_timeout=10, proxy=None):
         pass

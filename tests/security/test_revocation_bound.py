@@ -17,19 +17,13 @@ the stack's Redis database, flushed before and after; fails when PostgreSQL or R
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import sys
-import threading
 import time
-from urllib.parse import urlencode
 
 import pytest
-import requests
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
 
+from tests.support.revocation import Poller, StreamWatcher, new_listen_key
 from tests.support.stack import (
     FULLSTACK_DB_NAME,
     FULLSTACK_REDIS_DB,
@@ -45,7 +39,6 @@ pytestmark = [requires_services(FULLSTACK_REDIS_DB), pytest.mark.timeout(300)]
 
 BOUND = 1.0  # seconds, the issue's bound
 SERVERS = 3
-POLL = 0.02
 # Not refusals of the key: a rate limit, a timestamp or a signature the test got wrong.
 NOT_REVOCATION = {-1003, -1021, -1022}
 
@@ -106,66 +99,6 @@ def servers():
             yield [stack.enter_context(daphne(env, world)) for _ in range(SERVERS)]
 
 
-def _signed_get(session: requests.Session, server, key: str, secret: str) -> tuple[int, int | None]:
-    query = urlencode({"timestamp": int(time.time() * 1000)})
-    signature = hmac.new(secret.encode(), query.encode(), hashlib.sha256).hexdigest()
-    response = session.get(
-        f"{server.http}/openapi/v1/account?{query}&signature={signature}",
-        headers={"X-SERVICE-APIKEY": key},
-        timeout=5,
-    )
-    code = None if response.status_code == 200 else response.json().get("code")
-    return response.status_code, code
-
-
-class Poller(threading.Thread):
-    """Polls one server with the key until it is refused; `refused_at` (wall clock) and its answer."""
-
-    def __init__(self, server, key: str, secret: str):
-        super().__init__(daemon=True)
-        self.server, self.key, self.secret = server, key, secret
-        self.accepted = threading.Event()  # at least one 200 (the server's cache holds the key)
-        self.refused_at: float | None = None
-        self.answer: tuple[int, int | None] | None = None
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        with requests.Session() as session:
-            while not self.stop.is_set():
-                status, code = _signed_get(session, self.server, self.key, self.secret)
-                if status == 200:
-                    self.accepted.set()
-                else:
-                    self.refused_at, self.answer = time.time(), (status, code)
-                    return
-                time.sleep(POLL)
-
-
-class StreamWatcher(threading.Thread):
-    """Holds one websocket until the server closes it; `closed_at` (wall clock) and the close code."""
-
-    def __init__(self, url: str):
-        super().__init__(daemon=True)
-        self.ws = connect(url, open_timeout=10, proxy=None)
-        self.closed_at: float | None = None
-        self.code: int | None = None
-
-    def run(self) -> None:
-        with self.ws as ws, contextlib.suppress(TimeoutError):
-            try:
-                while True:
-                    ws.recv(timeout=30)
-            except ConnectionClosed as closed:
-                self.closed_at = time.time()
-                self.code = closed.rcvd.code if closed.rcvd is not None else None
-
-
-def _listen_key(server, key: str) -> str:
-    response = requests.post(f"{server.http}/openapi/v1/userDataStream", headers={"X-SERVICE-APIKEY": key}, timeout=10)
-    assert response.status_code == 200, response.text
-    return response.json()["listenKey"]
-
-
 def _ms(seconds: list[float | None]) -> str:
     shown = ", ".join("never" if each is None else f"{each * 1000:.0f}" for each in seconds)
     known = [each for each in seconds if each is not None]
@@ -179,7 +112,7 @@ def _revoke_and_measure(
     pollers = [Poller(server, key, secret) for server in servers]
     watchers = []
     if streams:
-        listen_key = _listen_key(servers[0], key)
+        listen_key = new_listen_key(servers[0], key)
         watchers = [StreamWatcher(server.ws_url(listen_key)) for server in servers]
     for thread in (*pollers, *watchers):
         thread.start()
