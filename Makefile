@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.run-installed
 DEV_STAMP := $(VENV)/.dev-installed
 TEST_REDIS_DB ?= 15
+# The SQLite run beside it (scripts/test-suites.sh) takes 7-4: a Redis of 16 databases holds both.
+EMBEDDED_REDIS_DB ?= 7
 # `make test` runs the suite on TEST_WORKERS pytest-xdist workers (0: in one process), a test module
 # per worker at a time (--dist loadfile). Each worker has its own test database (suffix _gwN), its own
 # four Redis databases from REDIS_URL's number downwards (15-12, 11-8, ...) and its own names for the
@@ -50,7 +52,8 @@ services:
 	./scripts/services.sh > var/services.env
 
 ## make test: the Debian packages of scripts/packages/test.txt (installed when missing), real PostgreSQL
-## and Redis, lint, then the whole test suite on TEST_WORKERS workers (soak tests included); then the tests of the
+## and Redis, lint, then the whole test suite on TEST_WORKERS workers (soak tests included) and, beside it
+## in one more process (scripts/test-suites.sh), the tests of the
 ## embedded mode's own SQL (the ledger's portable write, limit counters, transfers, keyrings, conversions,
 ## sub-account transfers and collections) on SQLite. A skip that tests/support/skips.py does not list fails.
 EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tests/wallet/test_transfers.py \
@@ -63,12 +66,8 @@ EMBEDDED_TESTS ?= tests/ledger/test_posting.py tests/ledger/test_counters.py tes
 test: $(DEV_STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
-		DJANGO_SETTINGS_MODULE=exchange.settings.test \
-		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
-	set -a && source var/services.env && REDIS_URL=$${REDIS_URL%/*}/$(TEST_REDIS_DB) && \
-		DJANGO_SETTINGS_MODULE=exchange.settings.test_sqlite \
-		$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(EMBEDDED_TESTS)
+	PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) TEST_REDIS_DB=$(TEST_REDIS_DB) EMBEDDED_REDIS_DB=$(EMBEDDED_REDIS_DB) \
+		EMBEDDED_TESTS="$(EMBEDDED_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" ./scripts/test-suites.sh
 
 ## make lab-test: the HA lab (docs/scaling.md, needs root and network namespaces): its Debian packages
 ## (scripts/packages/test.txt and lab.txt) installed when missing (their own services kept from starting), then under the lab's lock
