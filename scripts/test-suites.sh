@@ -29,9 +29,12 @@ log=var/test-embedded.log
 ) >"$log" 2>&1 &
 embedded=$!
 
+# --no-loadscope-reorder: the modules are handed out in the order tests/conftest.py sorts them (its
+# RUN_FIRST, the longest first), not xdist's default (most tests first, which left the one-test soak
+# modules, minutes long, to the end).
 # shellcheck disable=SC2086 # PYTEST_ARGS is a list of arguments
 REDIS_URL="$server/$TEST_REDIS_DB" DJANGO_SETTINGS_MODULE=exchange.settings.test \
-	"$PY" -m pytest -n "$TEST_WORKERS" --dist loadfile ${PYTEST_ARGS:-}
+	"$PY" -m pytest -n "$TEST_WORKERS" --dist loadfile --no-loadscope-reorder ${PYTEST_ARGS:-}
 suite=$?
 
 echo "== the embedded mode's own SQL on SQLite (ran beside the suite above; $log):"
