@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 
 from accounts import ledger, policy
 from accounts.ledger.models import BusinessType
 from accounts.limits import outflow_refusal, tier_for
 from accounts.models import User
-from exchange.backoffice.services import require_reason, staff_action, summary
+from exchange.backoffice.services import require_permission, require_reason, staff_action, summary
 from exchange.runtime.amounts import decimal_places
 from wallet import errors
 from wallet.approvals import APPROVAL_CURRENCY, above_four_eyes, approval_value_of, needs_approval
@@ -30,8 +29,7 @@ def whitelist_entry_remove(*, entry: WhitelistAddress, removed_by: User, reason:
     reason, audited (whitelist.remove) in the same transaction. Adding and changing entries go
     through exchange.backoffice.changes (wallet/controls.py), audited the same way."""
     reason = require_reason(reason)
-    if not (removed_by.is_active and removed_by.is_staff and removed_by.has_perm("wallet.change_whitelistaddress")):
-        raise PermissionDenied("You may not change the withdrawal whitelist.")
+    require_permission(removed_by, "wallet.change_whitelistaddress", "You may not change the withdrawal whitelist.")
     with staff_action(
         actor=removed_by, action="whitelist.remove", reason=reason, target=entry, before=summary(entry)
     ) as draft:
