@@ -20,7 +20,7 @@ from accounts.models import Asset, SystemRole
 from convert import controls, prices, selectors, services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
 from exchange.backoffice.services import staff_action
-from exchange.backoffice.toolkit import GuardedChangeAdmin, ReasonActionForm, submit_to_each
+from exchange.backoffice.toolkit import GuardedChangeAdmin, ReadOnlyAdmin, ReasonActionForm, submit_to_each
 
 
 class TopUpForm(forms.Form):
@@ -158,17 +158,6 @@ class PairAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     @admin.action(description="Switch pairs on (a second Administrator approves)", permissions=["change"])
     def pairs_on(self, request, queryset):
         self._switch(request, queryset, True)
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(Quote)

@@ -1,15 +1,17 @@
-"""Sub-account admin: the family's transfers, read-only (they are written only with their posting).
-Sub-accounts themselves are users (accounts admin: freeze/unfreeze, keys)."""
+"""Sub-account admin: the family's transfers and the masters' fund collections, read-only (they
+are written only by their services, with their postings). Sub-accounts themselves are users
+(accounts admin: freeze/unfreeze, keys)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
+from exchange.backoffice.toolkit import ReadOnlyAdmin, ReadOnlyTabularInline
 from subaccounts.models import FundCollection, FundCollectionOutcome, SubAccountTransfer
 
 
 @admin.register(SubAccountTransfer)
-class SubAccountTransferAdmin(admin.ModelAdmin):
+class SubAccountTransferAdmin(ReadOnlyAdmin):
     list_display = (
         "id",
         "client_tran_id",
@@ -28,40 +30,16 @@ class SubAccountTransferAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     ordering = ("-id",)
 
-    def has_add_permission(self, request) -> bool:
-        return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-class _ReadOnly:
-    """Collection tasks and their outcomes are written only by the service (with their postings)."""
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
-class FundCollectionOutcomeInline(_ReadOnly, admin.TabularInline):
+class FundCollectionOutcomeInline(ReadOnlyTabularInline):
     model = FundCollectionOutcome
     fields = ("sub", "status", "reason", "posting", "created_at")
     readonly_fields = fields
-    extra = 0
-    can_delete = False
     show_change_link = False
 
 
 @admin.register(FundCollection)
-class FundCollectionAdmin(_ReadOnly, admin.ModelAdmin):
+class FundCollectionAdmin(ReadOnlyAdmin):
     """A master's collection tasks, each with what it did per sub-account (read-only)."""
 
     list_display = ("id", "client_request_id", "master", "status", "attempts", "created_at", "finished_at")

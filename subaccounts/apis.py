@@ -14,9 +14,9 @@ from exchange.api.params import Param, ParamSpec, check_skip
 from exchange.api.timewindow import window
 from exchange.api.views import GatewayApi
 from subaccounts import collection, presenters, selectors, services
+from wallet import deposits as wallet_deposits
 from wallet import presenters as wallet_presenters
 from wallet import selectors as wallet_selectors
-from wallet import services as wallet_services
 from wallet.apis import COIN, NINETY_DAYS, PAGING
 
 EMAIL_LENGTH = 254
@@ -353,7 +353,7 @@ class SubAccountDepositAddressApi(SubAccountApi):
     def get(self, request):
         p = self.params
         sub = services.sub_account_of(master=self.account, email=p["email"])
-        address = wallet_services.deposit_address_get(account=sub, coin=p["coin"], network=p["network"])
+        address = wallet_deposits.deposit_address_get(account=sub, coin=p["coin"], network=p["network"])
         return Response(wallet_presenters.deposit_address_json(address, coin=p["coin"]))
 
 

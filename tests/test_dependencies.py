@@ -65,7 +65,7 @@ MAY_USE: dict[str, frozenset[str]] = {
     "accounts": frozenset({"runtime", "gateway", "backoffice"}),
     "wallet": frozenset({"runtime", "gateway", "backoffice", "accounts"}),
     "convert": frozenset({"runtime", "gateway", "backoffice", "platform", "accounts"}),
-    "subaccounts": frozenset({"runtime", "gateway", "accounts", "wallet"}),
+    "subaccounts": frozenset({"runtime", "gateway", "backoffice", "accounts", "wallet"}),
     "streams": frozenset({"runtime", "gateway", "accounts"}),
     "dashboard": frozenset(
         {"runtime", "gateway", "platform", "accounts", "wallet", "convert", "subaccounts", "streams"}
@@ -74,7 +74,7 @@ MAY_USE: dict[str, frozenset[str]] = {
 }
 
 # Imports allowed to close a cycle, as (importer, imported). It is empty and should stay so: a
-# service hands work to its task through a hook its tasks module registers (wallet/services.py,
+# service hands work to its task through a hook its tasks module registers (wallet/settlement.py,
 # subaccounts/collection.py), a type is declared below both of its users.
 ALLOWED_CYCLE_EDGES: frozenset[tuple[str, str]] = frozenset()
 
@@ -306,7 +306,7 @@ def test_graph_sees_the_project():
     assert _part("exchange.dashboard.views") == "dashboard"
     assert _part("exchange.settings.base") == _part("exchange") == "wiring"
     # scripts, bench (extensionless scripts and the modules they import from bench/) and tests
-    assert "wallet.services" in graph["tests.wallet.test_withdraw_life"]
+    assert "wallet.settlement" in graph["tests.wallet.test_withdraw_life"]
     assert "bench._bench" in graph["bench.transfers"]
     assert "exchange.stack.make_run" in graph["bench.transfers"]
     assert "exchange.stack.simulation.run" in graph["exchange.stack.management.commands.simulate"]

@@ -15,7 +15,7 @@ from exchange.backoffice.toolkit import (
     action_reason,
     submit_to_each,
 )
-from wallet import services
+from wallet import approvals, deposits, settlement, withdrawals
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 
@@ -79,7 +79,7 @@ class WhitelistForm(GuardedChangeForm):
 class WhitelistAddressAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     """Adding or changing an entry needs a reason and is audited (exchange.backoffice.changes, the
     rule in wallet/controls.py); removing one is the "Remove" action, with a reason, audited
-    (wallet.services.whitelist_entry_remove). Never deleted or edited without one."""
+    (wallet.withdrawals.whitelist_entry_remove). Never deleted or edited without one."""
 
     form = WhitelistForm
     list_display = ("account", "network", "address", "tag", "name", "created_at")
@@ -97,7 +97,7 @@ class WhitelistAddressAdmin(GuardedChangeAdmin, admin.ModelAdmin):
         removed = 0
         for entry in queryset:
             try:
-                services.whitelist_entry_remove(entry=entry, removed_by=request.user, reason=reason)
+                withdrawals.whitelist_entry_remove(entry=entry, removed_by=request.user, reason=reason)
             except PermissionDenied as exc:
                 self.message_user(request, f"Refused: {exc}", messages.ERROR)
                 continue
@@ -114,22 +114,6 @@ class TravelRuleForm(forms.Form):
     reason = forms.CharField(
         max_length=500, help_text="Where the data comes from (required): kept in the audit trail with your name."
     )
-
-
-DEPOSIT_FIELDS = ("account", "network", "amount", "status", "confirmations", "tx_id", "credited_at")
-WITHDRAWAL_FIELDS = (
-    "account",
-    "network",
-    "amount",
-    "fee",
-    "approval_value",
-    "needs_two_approvals",
-    "stage",
-    "first_approved_by",
-    "decided_by",
-    "tx_id",
-    "info",
-)
 
 
 @admin.register(Deposit)
@@ -179,8 +163,6 @@ class DepositAdmin(admin.ModelAdmin):
         from django.template.response import TemplateResponse
 
         if not self.has_change_permission(request):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         deposit = get_object_or_404(Deposit, pk=pk)
         form = TravelRuleForm(request.POST or None)
@@ -188,16 +170,8 @@ class DepositAdmin(admin.ModelAdmin):
             data = dict(form.cleaned_data)
             reason = data.pop("reason")
             try:
-                with staff_action(
-                    actor=request.user,
-                    action="deposit.travel_rule",
-                    reason=reason,
-                    target=deposit,
-                    before=summary(deposit, DEPOSIT_FIELDS),
-                ) as draft:
-                    filled = services.deposit_fill_travel_rule(deposit=deposit, data=data, filled_by=request.user)
-                    draft.after = {**summary(filled, DEPOSIT_FIELDS), "travel_rule_data": filled.travel_rule_data}
-            except ValueError as exc:
+                deposits.deposit_fill_travel_rule(deposit=deposit, data=data, filled_by=request.user, reason=reason)
+            except (ValueError, PermissionDenied) as exc:  # no reason or permission, not held, empty
                 self.message_user(request, str(exc), messages.ERROR)
             else:
                 self.message_user(request, "Travel-rule data saved; the deposit continues.", messages.SUCCESS)
@@ -225,15 +199,15 @@ class DepositAdmin(admin.ModelAdmin):
         if reason is None:
             return
         with staff_action(actor=request.user, action="deposit.recheck", reason=reason) as draft:
-            draft.after = {"credited_or_advanced": services.deposits_scan()}
+            draft.after = {"credited_or_advanced": deposits.deposits_scan()}
         self.message_user(request, "Chain scanned.", messages.SUCCESS)
 
 
 @admin.register(Withdrawal)
 class WithdrawalAdmin(admin.ModelAdmin):
-    """Approve, reject or retry by the list's actions, with a reason (audited). Above
-    WITHDRAWAL_FOUR_EYES_ABOVE, the withdrawal's value alone or the customer's withdrawals of the last
-    24 hours together, an approval takes two staff members (wallet.services.withdrawal_approve)."""
+    """Approve, reject or retry by the list's actions, with a reason (audited). Who may approve and
+    when an approval takes two staff members is wallet/approvals.py; these actions only call it and
+    show what it did."""
 
     list_display = (
         "id",
@@ -259,18 +233,6 @@ class WithdrawalAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
-    def _audited(self, request, withdrawal: Withdrawal, action: str, reason: str, step):
-        with staff_action(
-            actor=request.user,
-            action=action,
-            reason=reason,
-            target=withdrawal,
-            before=summary(withdrawal, WITHDRAWAL_FIELDS),
-        ) as draft:
-            done = step()
-            draft.after = summary(done, WITHDRAWAL_FIELDS) if done is not None else {}
-        return done
-
     @admin.action(description="Approve the selected withdrawals (they are sent)", permissions=["change"])
     def approve(self, request, queryset):
         reason = action_reason(self, request)
@@ -279,14 +241,8 @@ class WithdrawalAdmin(admin.ModelAdmin):
         sent = waiting = 0
         for withdrawal in queryset.filter(stage=WithdrawalStage.AWAITING_APPROVAL):
             try:
-                done = self._audited(
-                    request,
-                    withdrawal,
-                    "withdrawal.approve",
-                    reason,
-                    lambda w=withdrawal: services.withdrawal_approve(withdrawal=w, approved_by=request.user),
-                )
-            except ValueError as exc:  # its account may not send funds; or the first approver again
+                done = approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=request.user, reason=reason)
+            except (ValueError, PermissionDenied) as exc:  # no permission, the account may not send, or four eyes
                 self.message_user(request, f"Refused: {exc}", messages.ERROR)
                 continue
             if done.stage == WithdrawalStage.AWAITING_APPROVAL:
@@ -307,17 +263,15 @@ class WithdrawalAdmin(admin.ModelAdmin):
         reason = action_reason(self, request)
         if reason is None:
             return
-        done = [
-            self._audited(
-                request,
-                w,
-                "withdrawal.reject",
-                reason,
-                lambda w=w: services.withdrawal_reject(withdrawal=w, rejected_by=request.user, reason=reason[:255]),
-            )
-            for w in queryset.filter(stage__in=[WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED])
-        ]
-        self.message_user(request, f"Rejected {len(done)} withdrawal(s).", messages.SUCCESS)
+        rejected = 0
+        for withdrawal in queryset.filter(stage__in=[WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED]):
+            try:
+                approvals.withdrawal_reject(withdrawal=withdrawal, rejected_by=request.user, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                continue
+            rejected += 1
+        self.message_user(request, f"Rejected {rejected} withdrawal(s).", messages.SUCCESS)
 
     @admin.action(description="Retry the selected stuck withdrawals", permissions=["change"])
     def retry(self, request, queryset):
@@ -326,13 +280,14 @@ class WithdrawalAdmin(admin.ModelAdmin):
             return
         stuck = list(queryset.filter(stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING]))
         for withdrawal in stuck:
-            self._audited(
-                request,
-                withdrawal,
-                "withdrawal.retry",
-                reason,
-                lambda w=withdrawal: services.withdrawal_retry(withdrawal=w),
-            )
+            with staff_action(
+                actor=request.user,
+                action="withdrawal.retry",
+                reason=reason,
+                target=withdrawal,
+                before=summary(withdrawal, approvals.AUDITED_FIELDS),
+            ):
+                settlement.withdrawal_retry(withdrawal=withdrawal)
         self.message_user(request, f"Handed {len(stuck)} withdrawal(s) to a worker again.", messages.SUCCESS)
 
 

@@ -10,7 +10,7 @@ from exchange.api.errors import InvalidParameter
 from exchange.api.params import MAX_SKIPPED_ROWS, Param, ParamSpec, ascii_int_list
 from exchange.api.timewindow import window
 from exchange.api.views import GatewayApi
-from wallet import presenters, selectors, services
+from wallet import deposits, presenters, selectors, withdrawals
 
 NINETY_DAYS = timedelta(days=90)
 SEVEN_DAYS = timedelta(days=7)
@@ -79,7 +79,7 @@ class DepositAddressApi(WalletApi):
     response_example = {"address": "0x5b2e6f3f0b5c9a1d2e3f4a5b6c7d8e9f0a1b2c3d", "addressTag": "", "coin": "ETH"}
 
     def get(self, request):
-        address = services.deposit_address_get(
+        address = deposits.deposit_address_get(
             account=self.account, coin=self.params["coin"], network=self.params["network"]
         )
         return Response(presenters.deposit_address_json(address, coin=self.params["coin"]))
@@ -107,7 +107,7 @@ class WithdrawApplyApi(WalletApi):
 
     def post(self, request):
         p = self.params
-        withdrawal = services.withdrawal_apply(
+        withdrawal = withdrawals.withdrawal_apply(
             account=self.account,
             coin=p["coin"],
             network=p["network"],

@@ -8,7 +8,7 @@ each field: accounts/controls.py explains the directions).
 - TransferFee.fee lowered loosens.
 - WhitelistAddress (issue 34): every entry added or changed needs a reason and is audited, and
   applies at once (an entry lets only the customer's own signed request send there; staff cannot
-  send); removing one is wallet.services.whitelist_entry_remove, audited too.
+  send); removing one is wallet.withdrawals.whitelist_entry_remove, audited too.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ class Withdrawal(models.Model):
     first_approved_at = models.DateTimeField(null=True, blank=True)
     # The four-eyes decision is taken when the withdrawal is applied, at the prices of that moment,
     # and kept: a reference price edited afterwards (even to 0) never lets one person approve it
-    # (wallet.services.needs_two_approvals).
+    # (wallet.approvals.needs_two_approvals).
     approval_value = AmountField(
         null=True,
         blank=True,

@@ -9,7 +9,19 @@ from decimal import Decimal
 
 from accounts.models import Asset, Balance, User
 from exchange.runtime import replicas
+from wallet import errors
 from wallet.models import Deposit, Network, WhitelistAddress, Withdrawal, WithdrawalStage
+
+
+def network_get(*, coin: str, network: str) -> Network:
+    """A coin's network by their names; UnknownCoin or UnknownNetwork (the API's codes) when there
+    is no such coin or the coin has no such network."""
+    found = Network.objects.select_related("coin").filter(coin__code=coin, network=network).first()
+    if found is None:
+        if not Network.objects.filter(coin__code=coin).exists():
+            raise errors.UnknownCoin()
+        raise errors.UnknownNetwork()
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,30 +1,30 @@
 """Thin tasks: load by id, call a service. Loading this module hands the withdrawal task to
-wallet/services.py (WalletConfig.ready imports it)."""
+wallet/settlement.py (WalletConfig.ready imports it)."""
 
 from celery import shared_task
 from django.conf import settings
 
 from exchange.runtime.outage import periodic
-from wallet import services
+from wallet import deposits, settlement
 
 
 @shared_task(name="wallet.withdrawal_process", acks_late=True, reject_on_worker_lost=True, max_retries=None)
 def withdrawal_process_task(withdrawal_id: int) -> str:
-    return services.withdrawal_process(withdrawal_id=withdrawal_id).stage
+    return settlement.withdrawal_process(withdrawal_id=withdrawal_id).stage
 
 
 @shared_task(name="wallet.scan_deposits")
 @periodic("chain-scan")
 def scan_deposits_task() -> int:
-    touched = services.deposits_scan()
-    services.withdrawals_refresh_confirmations()
+    touched = deposits.deposits_scan()
+    settlement.withdrawals_refresh_confirmations()
     return touched
 
 
 @shared_task(name="wallet.retry_stuck_withdrawals")
 @periodic("withdrawal-retry")
 def retry_stuck_withdrawals_task() -> int:
-    return services.withdrawals_retry_stuck()
+    return settlement.withdrawals_retry_stuck()
 
 
 @shared_task(name="wallet.sim_advance_blocks")
@@ -37,4 +37,4 @@ def sim_advance_blocks_task() -> None:
 
 
 # Looked up at each hand-over, not bound once: a test may replace `delay` (a broker that is down).
-services.set_worker(lambda withdrawal_id: withdrawal_process_task.delay(withdrawal_id))
+settlement.set_worker(lambda withdrawal_id: withdrawal_process_task.delay(withdrawal_id))

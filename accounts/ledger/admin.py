@@ -6,7 +6,7 @@ import uuid
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
@@ -14,7 +14,6 @@ from django.urls import path, reverse
 from accounts.ledger import services
 from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import (
-    AdjustmentStatus,
     Asset,
     Balance,
     BalanceChange,
@@ -24,7 +23,7 @@ from accounts.ledger.models import (
     Posting,
 )
 from accounts.models import LimitTier, TierLimit
-from exchange.backoffice.services import ReasonRequired, staff_action, summary
+from exchange.backoffice.services import ReasonRequired
 from exchange.backoffice.toolkit import GuardedChangeAdmin, ReadOnlyAdmin
 
 
@@ -133,9 +132,6 @@ class DecisionForm(forms.Form):
     reason = forms.CharField(max_length=255, required=False)
 
 
-ADJUSTMENT_FIELDS = ("account", "asset", "amount", "reason", "status")
-
-
 @admin.register(ManualAdjustment)
 class ManualAdjustmentAdmin(admin.ModelAdmin):
     """Four eyes (docs/operations.md): Treasury or an Administrator PROPOSES an adjustment here (no
@@ -158,33 +154,16 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
-    @staticmethod
-    def may_confirm(request, adjustment: ManualAdjustment) -> bool:
-        return (
-            adjustment.status == AdjustmentStatus.PROPOSED
-            and adjustment.created_by_id != request.user.pk
-            and request.user.has_perm("accounts.confirm_manualadjustment")
-        )
-
-    @staticmethod
-    def may_cancel(request, adjustment: ManualAdjustment) -> bool:
-        return adjustment.status == AdjustmentStatus.PROPOSED and (
-            adjustment.created_by_id == request.user.pk or request.user.has_perm("accounts.confirm_manualadjustment")
-        )
-
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
-        with staff_action(actor=request.user, action="adjustment.propose", reason=data["reason"]) as draft:
-            proposed = services.adjustment_propose(
-                account=data["account"],
-                asset=data["asset"],
-                amount=data["amount"],
-                reason=data["reason"],
-                proposed_by=request.user,
-                request_id=data.get("request_id"),
-            )
-            draft.target = proposed
-            draft.after = summary(proposed, ADJUSTMENT_FIELDS)
+        proposed = services.adjustment_propose(
+            account=data["account"],
+            asset=data["asset"],
+            amount=data["amount"],
+            reason=data["reason"],
+            proposed_by=request.user,
+            request_id=data.get("request_id"),
+        )
         obj.pk = proposed.pk
         obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
 
@@ -210,33 +189,20 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
         """POST only: confirm (post it) or cancel a proposed adjustment, with a reason."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
-        adjustment = get_object_or_404(ManualAdjustment, pk=pk)
+        get_object_or_404(ManualAdjustment, pk=pk)
         form = DecisionForm(request.POST)
         back = HttpResponseRedirect(reverse("admin:accounts_manualadjustment_change", args=[pk]))
         if not form.is_valid():
             self.message_user(request, "Choose to confirm or to cancel.", messages.ERROR)
             return back
         decision, reason = form.cleaned_data["decision"], form.cleaned_data["reason"]
-        if decision == "confirm" and adjustment.created_by_id == request.user.pk:
-            self.message_user(
-                request, "Refused: you proposed this adjustment; another staff member must confirm it.", messages.ERROR
-            )
-            return back
-        allowed = (
-            self.may_confirm(request, adjustment) if decision == "confirm" else self.may_cancel(request, adjustment)
-        )
-        if not allowed and adjustment.status == AdjustmentStatus.PROPOSED:
-            raise PermissionDenied
-        before = summary(adjustment, ADJUSTMENT_FIELDS)
+        # The service checks who may decide and records the decision; a staff member without the
+        # permission gets its refusal (StaffNotPermitted, a PermissionDenied: 403).
         try:
-            with staff_action(
-                actor=request.user, action=f"adjustment.{decision}", reason=reason, target=adjustment, before=before
-            ) as draft:
-                if decision == "confirm":
-                    decided = services.adjustment_confirm(adjustment_id=pk, confirmed_by=request.user, reason=reason)
-                else:
-                    decided = services.adjustment_cancel(adjustment_id=pk, cancelled_by=request.user, reason=reason)
-                draft.after = {**summary(decided, ADJUSTMENT_FIELDS), "posting": decided.posting_id}
+            if decision == "confirm":
+                decided = services.adjustment_confirm(adjustment_id=pk, confirmed_by=request.user, reason=reason)
+            else:
+                decided = services.adjustment_cancel(adjustment_id=pk, cancelled_by=request.user, reason=reason)
         except ReasonRequired as exc:
             self.message_user(request, str(exc), messages.ERROR)
         except services.AdjustmentRefused as exc:
@@ -253,8 +219,8 @@ class ManualAdjustmentAdmin(admin.ModelAdmin):
         extra_context = {
             **(extra_context or {}),
             "adjustment": adjustment,
-            "may_confirm": adjustment is not None and self.may_confirm(request, adjustment),
-            "may_cancel": adjustment is not None and self.may_cancel(request, adjustment),
+            "may_confirm": adjustment is not None and services.may_confirm(request.user, adjustment),
+            "may_cancel": adjustment is not None and services.may_cancel(request.user, adjustment),
             "is_proposer": adjustment is not None and adjustment.created_by_id == request.user.pk,
         }
         return super().change_view(request, object_id, form_url, extra_context)

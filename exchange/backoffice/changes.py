@@ -34,7 +34,7 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from exchange.backoffice.models import ChangeRequest, ChangeStatus
-from exchange.backoffice.services import jsonable, require_reason, staff_action
+from exchange.backoffice.services import StaffNotPermitted, jsonable, require_reason, staff_action
 
 LOWER = "lower"
 HIGHER = "higher"
@@ -47,6 +47,11 @@ APPROVE_PERMISSION = "exchange.approve_changerequest"
 
 class ChangeRefused(ValueError):
     """The change is refused as asked (who asks, what it would do, or the object moved since)."""
+
+
+class ChangeNotPermitted(ChangeRefused, StaffNotPermitted):
+    """The acting staff member lacks the permission: a ChangeRefused (the admin shows its message)
+    and a PermissionDenied, like every staff service's refusal of that kind."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ class ChangeOutcome:
 def _require_may_change(actor, model: type[models.Model]) -> None:
     opts = model._meta
     if not (actor.is_active and actor.is_staff and actor.has_perm(f"{opts.app_label}.change_{opts.model_name}")):
-        raise ChangeRefused(f"You may not change {opts.verbose_name_plural}.")
+        raise ChangeNotPermitted(f"You may not change {opts.verbose_name_plural}.")
 
 
 def _apply(spec: Guarded, obj: models.Model, changes: dict) -> models.Model:
@@ -242,7 +247,7 @@ def change_create(*, actor, model: type[models.Model], values: dict, reason: str
     spec = guarded(model)
     opts = model._meta
     if not (actor.is_active and actor.is_staff and actor.has_perm(f"{opts.app_label}.add_{opts.model_name}")):
-        raise ChangeRefused(f"You may not add {opts.verbose_name_plural}.")
+        raise ChangeNotPermitted(f"You may not add {opts.verbose_name_plural}.")
     with staff_action(actor=actor, action=f"{spec.action}.create", reason=reason) as draft:
         obj = model(**values)
         obj.full_clean()
@@ -285,7 +290,7 @@ def change_approve(*, request_id: int, approved_by, reason: str | None) -> Chang
         if request.proposed_by_id == approved_by.pk:
             raise ChangeRefused("You proposed this change: another Administrator must approve it.")
         if not may_approve(approved_by, request):
-            raise ChangeRefused("Only an Administrator may approve a change.")
+            raise ChangeNotPermitted("Only an Administrator may approve a change.")
         spec = _GUARDED.get(request.object_type)
         if spec is None:
             raise ChangeRefused(f"{request.object_type} is no longer changed through this service.")
@@ -323,7 +328,7 @@ def change_cancel(*, request_id: int, cancelled_by, reason: str | None) -> Chang
     with transaction.atomic():
         request = _open_request(request_id)
         if not may_cancel(cancelled_by, request):
-            raise ChangeRefused("Only the proposer or an Administrator may cancel a proposed change.")
+            raise ChangeNotPermitted("Only the proposer or an Administrator may cancel a proposed change.")
         with staff_action(actor=cancelled_by, action="change_request.cancel", reason=reason, target=request) as draft:
             ChangeRequest.objects.filter(pk=request.pk).update(
                 status=ChangeStatus.CANCELLED,

@@ -38,6 +38,8 @@ LEGACY_GROUPS = {"Operations": ADMINISTRATOR, "Support (read-only)": SUPPORT}
 # Written only by the service that records each action (exchange.backoffice.services.staff_action).
 NEVER_GRANTED = ("exchange.staffaction",)
 
+# "change withdrawal" is the permission wallet/approvals.py requires to approve or reject a
+# withdrawal; "change deposit" the one wallet/deposits.py requires to fill travel-rule data.
 _TREASURY_CHANGE = ["wallet.deposit", "wallet.withdrawal"]
 _TREASURY_ADD = ["accounts.manualadjustment"]  # proposes adjustments; also the convert liquidity top-up
 

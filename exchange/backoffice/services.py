@@ -1,6 +1,7 @@
 """The staff audit trail (`staff_action`): every staff action that moves money or changes what a
 customer may do is recorded with its reason in the action's own transaction; `summary` pictures a
-row for it."""
+row for it. `require_permission` is the check such an action makes first, inside the service, so
+the rule holds whoever calls it (the admin, a management command, a future API)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.core.exceptions import PermissionDenied
 from django.db import models, transaction
 
 from exchange.backoffice.models import StaffAction
@@ -22,6 +24,19 @@ class ReasonRequired(ValueError):
 
     def __init__(self) -> None:
         super().__init__(REASON_REQUIRED)
+
+
+class StaffNotPermitted(PermissionDenied):
+    """The acting staff member lacks the permission the action needs: refused before anything
+    changes. The admin shows its message; anything else that calls the service sees a
+    PermissionDenied."""
+
+
+def require_permission(actor, permission: str, refusal: str) -> None:
+    """Raise StaffNotPermitted(`refusal`) unless `actor` is an active staff member holding
+    `permission` ("app_label.codename", e.g. "wallet.change_withdrawal")."""
+    if not (actor is not None and actor.is_active and actor.is_staff and actor.has_perm(permission)):
+        raise StaffNotPermitted(refusal)
 
 
 def require_reason(reason: str | None) -> str:
@@ -84,7 +99,7 @@ def staff_action(
 
         with staff_action(actor=request.user, action="withdrawal.approve", reason=reason,
                           target=withdrawal, before=summary(withdrawal)) as draft:
-            withdrawal = wallet_services.withdrawal_approve(...)
+            withdrawal = ...  # the change itself, in the same transaction
             draft.after = summary(withdrawal)
 
     A missing reason is refused (ReasonRequired) before the action runs; an action that raises

@@ -113,9 +113,26 @@ class ThrottledAdminLoginForm(AdminAuthenticationForm):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """A record nobody edits in the admin (journal, audit trail, change requests, ...)."""
+    """A record nobody edits in the admin (journal, audit trail, change requests, quotes, orders,
+    sub-account transfers, ...): it is written only by its service, with its posting."""
 
     def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class ReadOnlyTabularInline(admin.TabularInline):
+    """The rows of such a record shown on its page (e.g. a fund collection's outcomes), read-only."""
+
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
     def has_change_permission(self, request, obj=None) -> bool:

@@ -346,10 +346,11 @@ CHAIN_SCAN_SECONDS = env.float("CHAIN_SCAN_SECONDS", default=2.0)
 # Deposits worth at least this much (in PHP at the asset's reference price) wait for travel-rule
 # data that operators fill in (status NEED_FILL_DATA); 0 disables the rule.
 TRAVEL_RULE_THRESHOLD = Decimal(env.str("TRAVEL_RULE_THRESHOLD", default="50000"))
-# Withdrawals worth more than this (PHP at reference price) wait for an operator's approval.
+# Withdrawals worth more than this (PHP at reference price, amount plus fee) wait for an operator's
+# approval (wallet/approvals.py; WITHDRAWAL_FOUR_EYES_ABOVE may not be below it: a system check).
 WITHDRAWAL_APPROVAL_THRESHOLD = Decimal(env.str("WITHDRAWAL_APPROVAL_THRESHOLD", default="1000000"))
 # Four eyes: approving a withdrawal worth more than this (PHP at reference price, amount plus fee)
-# takes two staff members, the second not the first (wallet.services.withdrawal_approve). Empty: never.
+# takes two staff members, the second not the first (wallet/approvals.py). Empty: never.
 _FOUR_EYES_ABOVE = env.str("WITHDRAWAL_FOUR_EYES_ABOVE", default="5000000")
 WITHDRAWAL_FOUR_EYES_ABOVE = Decimal(_FOUR_EYES_ABOVE) if _FOUR_EYES_ABOVE else None
 # The same two approvals when one customer's withdrawals of the last 24 hours (every one not failed or

@@ -19,7 +19,7 @@ from streams import services as stream_services
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.factories import ApiKeyFactory, convert_markets, demo_accounts, deposit
 from tests.support.staff import logged_in, staff_member
-from wallet import services as wallet_services
+from wallet import withdrawals as wallet_withdrawals
 from wallet.transfers import services as transfer_services
 
 pytestmark = pytest.mark.django_db
@@ -50,7 +50,7 @@ def busy_master(master) -> tuple[User, str]:
     """The demo master with a bit of everything; returns it and a fresh API key's secret."""
     _, secret = ApiKeyFactory(user=master, name="page-test")
     deposit(master, "0.5", "BTC")
-    wallet_services.withdrawal_apply(
+    wallet_withdrawals.withdrawal_apply(
         account=master,
         coin="USDT",
         network="TRX",

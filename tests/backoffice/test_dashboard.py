@@ -27,7 +27,7 @@ from tests.support.assertions import assert_ledger_balanced
 from tests.support.backoffice import trx_withdrawal
 from tests.support.factories import UserFactory, convert_markets, demo_accounts, deposit, fund
 from tests.support.staff import logged_in, staff_member
-from wallet import services as wallet_services
+from wallet import deposits as wallet_deposits
 from wallet.models import Deposit, DepositStatus, Network, Withdrawal, WithdrawalStage
 
 pytestmark = pytest.mark.django_db
@@ -193,8 +193,8 @@ def test_queues_count_and_link_to_exactly_their_rows(master, support, settings):
     Withdrawal.objects.filter(pk=fresh.pk).update(stage=WithdrawalStage.BROADCASTING)
     settings.TRAVEL_RULE_THRESHOLD = Decimal("1000")
     network = Network.objects.get(coin__code="USDT", network="TRX")
-    address = wallet_services.deposit_address_get(account=master, coin="USDT", network="TRX")
-    held = wallet_services.deposit_record(
+    address = wallet_deposits.deposit_address_get(account=master, coin="USDT", network="TRX")
+    held = wallet_deposits.deposit_record(
         network=network,
         tx_id="tx-travel",
         output_index=0,

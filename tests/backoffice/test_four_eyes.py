@@ -20,7 +20,7 @@ from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.backoffice import awaiting_withdrawal, usdt_customer
 from tests.support.factories import AssetFactory, UserFactory, WhitelistAddressFactory, fund, sub_account
 from tests.support.staff import ADMINISTRATOR, SUPPORT, TREASURY, logged_in, staff_member
-from wallet import services as wallet_services
+from wallet import approvals as wallet_approvals
 from wallet.models import Network, Withdrawal, WithdrawalStage
 
 ADD = reverse("admin:accounts_manualadjustment_add")
@@ -132,7 +132,9 @@ def test_the_proposer_may_cancel_a_proposal_and_nothing_is_posted():
     assert adjustment.status == AdjustmentStatus.CANCELLED
     assert adjustment.posting_id is None
     with pytest.raises(ledger_services.AdjustmentRefused):
-        ledger_services.adjustment_confirm(adjustment_id=adjustment.pk, confirmed_by=staff_member(ADMINISTRATOR))
+        ledger_services.adjustment_confirm(
+            adjustment_id=adjustment.pk, confirmed_by=staff_member(ADMINISTRATOR), reason="go"
+        )
     assert_balance(alice, "BTC", "0")
 
 
@@ -146,7 +148,7 @@ def test_the_service_refuses_the_proposer_and_the_database_refuses_it_too():
         account=alice, asset=AssetFactory(code="BTC"), amount=Decimal(1), reason="r", proposed_by=admin
     )
     with pytest.raises(ledger_services.AdjustmentRefused, match="proposer cannot confirm"):
-        ledger_services.adjustment_confirm(adjustment_id=adjustment.pk, confirmed_by=admin)
+        ledger_services.adjustment_confirm(adjustment_id=adjustment.pk, confirmed_by=admin, reason="go")
     # A hand-made write that skips the service cannot record the proposer as the confirmer either.
     posting = Posting.objects.first()
     with pytest.raises(IntegrityError), transaction.atomic():
@@ -162,7 +164,11 @@ def test_two_concurrent_confirmations_post_once():
     lock queues them, one posts, the other finds it confirmed; the money moves once."""
     alice = UserFactory()
     adjustment = ledger_services.adjustment_propose(
-        account=alice, asset=AssetFactory(code="BTC"), amount=Decimal("1.25"), reason="r", proposed_by=UserFactory()
+        account=alice,
+        asset=AssetFactory(code="BTC"),
+        amount=Decimal("1.25"),
+        reason="r",
+        proposed_by=staff_member(TREASURY),
     )
     confirmers = [staff_member(ADMINISTRATOR), staff_member(ADMINISTRATOR)]
     barrier = threading.Barrier(len(confirmers))
@@ -219,8 +225,8 @@ def test_a_large_withdrawal_needs_a_second_approver_not_the_first(settings, djan
     assert any("needs a second approver" in m for m in _messages(again)), _messages(again)
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
-    with pytest.raises(wallet_services.ApprovalRefused):
-        wallet_services.withdrawal_approve(withdrawal=withdrawal, approved_by=first)
+    with pytest.raises(wallet_approvals.ApprovalRefused):
+        wallet_approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=first, reason="again")
 
     with django_capture_on_commit_callbacks(execute=True):
         _approve(logged_in(second), withdrawal)
@@ -301,16 +307,16 @@ def test_the_days_sum_counts_the_family_and_not_old_or_rejected_withdrawals(
     settings.WITHDRAWAL_FOUR_EYES_ABOVE = _piece_value(old) * Decimal("1.5")
     Withdrawal.objects.filter(pk=old.pk).update(applied_at=old.applied_at - timedelta(hours=25))
     rejected = awaiting_withdrawal(alice.user, "10")
-    wallet_services.withdrawal_reject(withdrawal=rejected, rejected_by=staff_member(TREASURY))
+    wallet_approvals.withdrawal_reject(withdrawal=rejected, rejected_by=staff_member(TREASURY), reason="no")
     piece = awaiting_withdrawal(alice.user, "10")
-    assert wallet_services.recent_withdrawals_value(piece) == _piece_value(piece)  # only itself
-    assert wallet_services.needs_two_approvals(piece) is False
+    assert wallet_approvals.recent_withdrawals_value(piece) == _piece_value(piece)  # only itself
+    assert wallet_approvals.needs_two_approvals(piece) is False
 
     # A piece withdrawn from a sub-account of the same customer counts.
     sub = sub_account(alice.user)
     WhitelistAddressFactory(account=sub, network=Network.objects.get(coin__code="USDT", network="TRX"))
     fund(sub, "USDT", "50")
     from_sub = awaiting_withdrawal(sub, "10")
-    assert wallet_services.recent_withdrawals_value(piece) == _piece_value(piece) + _piece_value(from_sub)
-    assert wallet_services.needs_two_approvals(piece) is True
-    assert wallet_services.needs_two_approvals(from_sub) is True
+    assert wallet_approvals.recent_withdrawals_value(piece) == _piece_value(piece) + _piece_value(from_sub)
+    assert wallet_approvals.needs_two_approvals(piece) is True
+    assert wallet_approvals.needs_two_approvals(from_sub) is True

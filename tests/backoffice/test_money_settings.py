@@ -21,7 +21,8 @@ from tests.support.assertions import assert_balance, assert_ledger_balanced
 from tests.support.backoffice import whitelisted_withdrawal
 from tests.support.factories import NetworkFactory, WhitelistAddressFactory, customer
 from tests.support.staff import ADMINISTRATOR, TREASURY, logged_in, staff_member
-from wallet import services as wallet_services
+from wallet import approvals as wallet_approvals
+from wallet import deposits as wallet_deposits
 from wallet.models import Network, TransferFee, Withdrawal, WithdrawalStage
 
 pytestmark = pytest.mark.django_db
@@ -127,7 +128,7 @@ def test_a_price_gone_to_0_at_approval_time_needs_two_approvers(settings, django
     assert (withdrawal.stage, withdrawal.needs_two_approvals) == (WithdrawalStage.AWAITING_APPROVAL, False)
     Asset.objects.filter(code="BTC").update(reference_price=Decimal(0))
     with django_capture_on_commit_callbacks(execute=True):
-        wallet_services.withdrawal_approve(withdrawal=withdrawal, approved_by=staff_member(TREASURY))
+        wallet_approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=staff_member(TREASURY), reason="checked")
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
     assert withdrawal.first_approved_by is not None
@@ -142,7 +143,7 @@ def test_a_price_raised_after_applying_raises_the_decision(settings, django_capt
     assert withdrawal.needs_two_approvals is False
     Asset.objects.filter(code="BTC").update(reference_price=Decimal("20000000"))  # now 10M PHP
     with django_capture_on_commit_callbacks(execute=True):
-        wallet_services.withdrawal_approve(withdrawal=withdrawal, approved_by=staff_member(TREASURY))
+        wallet_approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=staff_member(TREASURY), reason="checked")
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
 
@@ -154,7 +155,7 @@ def test_a_withdrawal_without_a_recorded_value_needs_two_approvers(settings, dja
     withdrawal = _btc_withdrawal(alice.user, "0.01")
     Withdrawal.objects.filter(pk=withdrawal.pk).update(approval_value=None, needs_two_approvals=False)
     withdrawal.refresh_from_db()
-    assert wallet_services.needs_two_approvals(withdrawal) is True
+    assert wallet_approvals.needs_two_approvals(withdrawal) is True
 
 
 def test_a_deposit_of_an_asset_without_a_price_waits_for_travel_rule_data(settings):
@@ -164,8 +165,8 @@ def test_a_deposit_of_an_asset_without_a_price_waits_for_travel_rule_data(settin
     settings.TRAVEL_RULE_THRESHOLD = Decimal("50000")
     alice = usdt_customer("0")
     Asset.objects.filter(code="USDT").update(reference_price=Decimal(0))
-    address = wallet_services.deposit_address_get(account=alice.user, coin="USDT", network="TRX")
-    deposit = wallet_services.deposit_record(
+    address = wallet_deposits.deposit_address_get(account=alice.user, coin="USDT", network="TRX")
+    deposit = wallet_deposits.deposit_record(
         network=address.network,
         tx_id="ab" * 32,
         output_index=0,

@@ -20,7 +20,7 @@ from exchange.api_urls import urlpatterns
 from exchange.runtime.amounts import MAX_AMOUNT
 from tests.support.assertions import assert_error, assert_ledger_balanced
 from tests.support.factories import AssetFactory, customer
-from wallet.services import fits_precision
+from wallet.withdrawals import fits_precision
 
 AMOUNT_ENDPOINTS = {  # what the discovery must find at least (it fails if one goes missing)
     ("POST", "/openapi/v1/sub-account/transfer/universal-transfer", "amount"),

@@ -36,7 +36,7 @@ from exchange.api.errors import (
     exception_handler,
 )
 from exchange.api.views import GatewayApi
-from wallet import services as wallet_services
+from wallet import selectors as wallet_selectors
 from wallet.models import Transfer
 from wallet.transfers import services as transfer_services
 
@@ -362,7 +362,7 @@ def test_a_repeated_client_transfer_id_raises_duplicate(funded):
 
 def test_an_unknown_coin_or_network(db):
     with pytest.raises(wallet.errors.UnknownCoin):
-        wallet_services.network_get(coin="NOPE", network="NOPE")
+        wallet_selectors.network_get(coin="NOPE", network="NOPE")
 
 
 # --- the convert envelope -------------------------------------------------------------------------

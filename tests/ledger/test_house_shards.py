@@ -20,7 +20,7 @@ from accounts.ledger.system import shard_count
 from accounts.models import SystemRole, User
 from tests.support.factories import DepositFactory, TransferFactory, WithdrawalFactory, demo_networks, fund
 from tests.support.staff import ADMINISTRATOR, staff_member
-from wallet import services
+from wallet import settlement as wallet_settlement
 from wallet.models import Transfer, TransferFee, Withdrawal, WithdrawalStage
 from wallet.transfers import services as transfers
 
@@ -219,7 +219,7 @@ def test_the_book_sums_to_zero_over_the_shards(make_user):
             account=user, amount="10", withdraw_order_id=f"book-w{n}", stage=WithdrawalStage.QUEUED, funded=False
         )  # queued: the test's transaction never commits
     for withdrawal in Withdrawal.objects.filter(account__in=users):
-        services.withdrawal_process(withdrawal_id=withdrawal.pk)
+        wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     assert set(Withdrawal.objects.filter(account__in=users).values_list("stage", flat=True)) == {
         WithdrawalStage.SUCCEEDED
     }

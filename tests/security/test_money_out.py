@@ -187,7 +187,8 @@ def test_an_unpriced_asset_cannot_be_moved(make_key):
 
 
 def test_a_queued_withdrawal_of_an_account_frozen_since_is_held_not_broadcast(make_key):
-    from wallet import services as wallet_services
+    from wallet import approvals as wallet_approvals
+    from wallet import settlement as wallet_settlement
     from wallet.models import WithdrawalStage
 
     client = client_with(MASTER, make_key)
@@ -199,15 +200,15 @@ def test_a_queued_withdrawal_of_an_account_frozen_since_is_held_not_broadcast(ma
     locked = Balance.objects.get(account__email=MASTER, asset__code="BTC").locked
     set_flags(MASTER, is_frozen=True)
 
-    held = wallet_services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    held = wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     assert held.stage == WithdrawalStage.AWAITING_APPROVAL
     assert held.tx_id == ""
     assert "may not send" in held.info
     operator = User.objects.create_superuser("ops@test.example", "pw")
     with pytest.raises(ValueError, match="may not send"):
-        wallet_services.withdrawal_approve(withdrawal=held, approved_by=operator)
+        wallet_approvals.withdrawal_approve(withdrawal=held, approved_by=operator, reason="checked")
     assert Withdrawal.objects.get(pk=withdrawal.pk).stage == WithdrawalStage.AWAITING_APPROVAL
-    rejected = wallet_services.withdrawal_reject(withdrawal=held, rejected_by=operator)
+    rejected = wallet_approvals.withdrawal_reject(withdrawal=held, rejected_by=operator, reason="frozen")
     assert rejected.stage == WithdrawalStage.FAILED
     assert Balance.objects.get(account__email=MASTER, asset__code="BTC").locked == locked - Decimal("0.0105")
     assert ledger_check().ok

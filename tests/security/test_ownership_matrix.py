@@ -50,7 +50,8 @@ from subaccounts.collection import fund_collection_create, fund_collection_run
 from tests.support.assertions import assert_ledger_balanced
 from tests.support.client import SignedClient
 from tests.support.factories import ApiKeyFactory, WhitelistAddressFactory, customer, demo_networks, fund
-from wallet.services import deposit_address_get, deposit_record, network_get
+from wallet.deposits import deposit_address_get, deposit_record
+from wallet.selectors import network_get
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,8 @@ from accounts.models import User
 from exchange.api import ratelimit
 from exchange.api.models import RateLimitBan
 from tests.support.factories import NetworkFactory, WhitelistAddressFactory, customer
-from wallet import services as wallet_services
+from wallet import deposits as wallet_deposits
+from wallet import withdrawals as wallet_withdrawals
 from wallet.models import Deposit, DepositStatus, Withdrawal, WithdrawalStage
 
 _tx_ids = count(1)
@@ -37,7 +38,7 @@ def whitelisted_withdrawal(user: User, coin: str, network: str, amount: str, **f
     """A withdrawal of `coin` over `network` to the user's whitelisted address there, through the
     wallet's service."""
     entry = user.withdraw_whitelist.get(network__network=network)
-    return wallet_services.withdrawal_apply(
+    return wallet_withdrawals.withdrawal_apply(
         account=user,
         coin=coin,
         network=network,
@@ -60,8 +61,8 @@ def awaiting_withdrawal(user: User, amount: str = "10") -> Withdrawal:
 def held_deposit(user: User, amount: str = "20") -> Deposit:
     """A confirmed USDT deposit held for travel-rule data (threshold lowered to 1 PHP)."""
     with override_settings(TRAVEL_RULE_THRESHOLD=Decimal(1)):
-        address = wallet_services.deposit_address_get(account=user, coin="USDT", network="TRX")
-        deposit = wallet_services.deposit_record(
+        address = wallet_deposits.deposit_address_get(account=user, coin="USDT", network="TRX")
+        deposit = wallet_deposits.deposit_record(
             network=address.network,
             tx_id=f"{next(_tx_ids) + Deposit.objects.count():064x}",
             output_index=0,

@@ -38,7 +38,9 @@ from subaccounts import services as subaccount_services
 from subaccounts.models import FundCollection, SubAccountTransfer
 from tests.support.client import SignedClient
 from wallet import demo as wallet_demo
-from wallet import services as wallet_services
+from wallet import deposits as wallet_deposits
+from wallet import settlement as wallet_settlement
+from wallet import withdrawals as wallet_withdrawals
 from wallet.models import (
     Deposit,
     DepositStatus,
@@ -270,7 +272,7 @@ def _unique_hex() -> str:
 
 class DepositFactory(factory.Factory):
     """A deposit the chain showed (the row as deposit_record writes it, to any address), moved along
-    by wallet.services.deposit_advance: `status=SUCCESS` (the default) credits it through the
+    by wallet.deposits.deposit_advance: `status=SUCCESS` (the default) credits it through the
     wallet's CHAIN_DEPOSIT posting; PROCESSING, NEED_FILL_DATA and FAILED credit nothing.
     `age=timedelta(...)` dates it back (inserted_at); `confirmations` is what the record shows.
 
@@ -305,7 +307,7 @@ class DepositFactory(factory.Factory):
             **fields,
         )
         if status in (DepositStatus.SUCCESS, DepositStatus.FAILED):
-            deposit = wallet_services.deposit_advance(deposit=deposit, failed=status == DepositStatus.FAILED)
+            deposit = wallet_deposits.deposit_advance(deposit=deposit, failed=status == DepositStatus.FAILED)
             assert deposit.status == status, deposit.status
         if deposit.confirmations != confirmations:  # what the record shows; no money in it
             Deposit.objects.filter(pk=deposit.pk).update(confirmations=confirmations)
@@ -314,12 +316,12 @@ class DepositFactory(factory.Factory):
 
 
 class WithdrawalFactory(factory.Factory):
-    """A withdrawal applied by wallet.services.withdrawal_apply (the address whitelisted and, with
+    """A withdrawal applied by wallet.withdrawals.withdrawal_apply (the address whitelisted and, with
     `funded=True`, amount plus fee funded first), then taken to `stage`: SUCCEEDED (the default)
-    broadcast and settled by withdrawal_process on the simulated chain, FAILED rejected by
-    withdrawal_reject (funds released), QUEUED as applied (handed to the worker on commit);
-    AWAITING_APPROVAL and BROADCASTING hold
-    the same funds as QUEUED, so only the stage is set. `tx_id`, `confirmations`, `info` and `age`
+    broadcast and settled by withdrawal_process on the simulated chain, FAILED failed and released
+    by wallet.settlement.fail_and_release as a rejection is (no staff member), QUEUED as applied
+    (handed to the worker on commit); AWAITING_APPROVAL and BROADCASTING hold the same funds as
+    QUEUED, so only the stage is set. `tx_id`, `confirmations`, `info` and `age`
     (applied_at) are set afterwards when given.
 
         WithdrawalFactory(account=user, withdraw_order_id="wo-1", stage=WithdrawalStage.QUEUED)
@@ -357,7 +359,7 @@ class WithdrawalFactory(factory.Factory):
         )
         if funded:
             fund(account, net.coin, amount + net.withdraw_fee)
-        withdrawal = wallet_services.withdrawal_apply(
+        withdrawal = wallet_withdrawals.withdrawal_apply(
             account=account, coin=coin, network=network, amount=amount, **fields
         )
         if stage == WithdrawalStage.SUCCEEDED:
@@ -365,10 +367,14 @@ class WithdrawalFactory(factory.Factory):
             Withdrawal.objects.filter(pk=withdrawal.pk, stage=WithdrawalStage.AWAITING_APPROVAL).update(
                 stage=WithdrawalStage.QUEUED
             )
-            withdrawal = wallet_services.withdrawal_process(withdrawal_id=withdrawal.pk)
+            withdrawal = wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
         elif stage == WithdrawalStage.FAILED:
-            withdrawal = wallet_services.withdrawal_reject(
-                withdrawal=withdrawal, rejected_by=None, reason=after.pop("info", "rejected by operations")
+            # Failed and released as a rejection is, without a staff member (decided_by stays empty,
+            # no audit row): the rejection's own rules are tested through wallet.approvals.
+            withdrawal = wallet_settlement.fail_and_release(
+                withdrawal,
+                info=after.pop("info", "rejected by operations"),
+                from_stages=(WithdrawalStage.AWAITING_APPROVAL, WithdrawalStage.QUEUED),
             )
         elif stage != withdrawal.stage:
             Withdrawal.objects.filter(pk=withdrawal.pk).update(stage=stage)  # the same hold: no money moves

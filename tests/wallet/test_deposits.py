@@ -19,7 +19,7 @@ from accounts.models import Balance, BalanceChange, Posting, SystemRole, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
 from tests.support.factories import Customer, NetworkFactory, customer, demo_networks
-from wallet import services
+from wallet import deposits as wallet_deposits
 from wallet.chain.simulator import advance_blocks, send_to
 from wallet.models import Deposit, DepositAddress, DepositStatus, Network
 
@@ -167,12 +167,12 @@ def test_command_then_confirmations_then_credited_once(demo_master, master_clien
     assert _free(demo_master, "BTC") == before
     assert master_client.get(HISTORY).json()[0]["status"] == 0
 
-    services.deposits_scan()  # no new block: still waiting
+    wallet_deposits.deposits_scan()  # no new block: still waiting
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.PROCESSING
 
     advance_blocks(1, network="BTC")  # minConfirm 2
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.SUCCESS
     assert deposit.confirmations == 2
@@ -181,7 +181,7 @@ def test_command_then_confirmations_then_credited_once(demo_master, master_clien
 
     for _ in range(2):
         advance_blocks(3, network="BTC")
-        services.deposits_scan()
+        wallet_deposits.deposits_scan()
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.SUCCESS
     assert _credits(deposit) == 1
@@ -245,7 +245,7 @@ def test_command_twice_with_the_same_tx_id(demo_master):
 
 
 def test_same_transaction_recorded_twice(demo_master, master_client):
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     network = address.network
     before = _free(demo_master, "USDT")
     kwargs = {
@@ -256,18 +256,18 @@ def test_same_transaction_recorded_twice(demo_master, master_client):
         "tag": address.tag,
         "amount": Decimal("30"),
     }
-    first = services.deposit_record(**kwargs, confirmations=1)
-    second = services.deposit_record(**kwargs, confirmations=1)
+    first = wallet_deposits.deposit_record(**kwargs, confirmations=1)
+    second = wallet_deposits.deposit_record(**kwargs, confirmations=1)
     assert first.pk == second.pk
     assert Deposit.objects.count() == 1
     assert first.status == DepositStatus.PROCESSING
-    services.deposit_record(**kwargs, confirmations=5)
-    services.deposit_record(**kwargs, confirmations=6)
+    wallet_deposits.deposit_record(**kwargs, confirmations=5)
+    wallet_deposits.deposit_record(**kwargs, confirmations=6)
     assert Deposit.objects.get().status == DepositStatus.SUCCESS
     assert _credits(first) == 1
     assert _free(demo_master, "USDT") == before + 30
     # Another output of the same transaction is another deposit.
-    services.deposit_record(**{**kwargs, "output_index": 1}, confirmations=5)
+    wallet_deposits.deposit_record(**{**kwargs, "output_index": 1}, confirmations=5)
     assert Deposit.objects.count() == 2
     assert _free(demo_master, "USDT") == before + 60
     assert len(master_client.get(HISTORY, {"txId": "cd" * 32}).json()) == 2
@@ -276,7 +276,7 @@ def test_same_transaction_recorded_twice(demo_master, master_client):
 
 def test_deposit_to_an_unknown_address_is_ignored(demo_master):
     network = NetworkFactory(coin__code="USDT", network="TRX")
-    recorded = services.deposit_record(
+    recorded = wallet_deposits.deposit_record(
         network=network,
         tx_id="ef" * 32,
         output_index=0,
@@ -291,19 +291,19 @@ def test_deposit_to_an_unknown_address_is_ignored(demo_master):
 
 
 def test_scan_finds_deposits_sent_on_the_chain(demo_master, peer):
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     peer = peer.user
-    peer_address = services.deposit_address_get(account=peer, coin="USDT", network="TRX")
+    peer_address = wallet_deposits.deposit_address_get(account=peer, coin="USDT", network="TRX")
     before, peer_before = _free(demo_master, "USDT"), _free(peer, "USDT")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("7"))
     send_to(network="TRX", address=peer_address.address, tag="", amount=Decimal("8"))
     send_to(network="TRX", address="TNotYoursAddress111111111111111111", tag="", amount=Decimal("9"))
-    assert services.deposits_scan() == 2
+    assert wallet_deposits.deposits_scan() == 2
     assert Deposit.objects.count() == 2
     assert set(Deposit.objects.values_list("status", flat=True)) == {DepositStatus.PROCESSING}
     advance_blocks(2, network="TRX")  # minConfirm 3
-    services.deposits_scan()
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
+    wallet_deposits.deposits_scan()
     assert set(Deposit.objects.values_list("status", flat=True)) == {DepositStatus.SUCCESS}
     assert _free(demo_master, "USDT") == before + 7
     assert _free(peer, "USDT") == peer_before + 8
@@ -311,12 +311,12 @@ def test_scan_finds_deposits_sent_on_the_chain(demo_master, peer):
 
 
 def test_failed_chain_transaction(demo_master, master_client):
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     before = _free(demo_master, "USDT")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("40"), fails=True)
     advance_blocks(5, network="TRX")
-    services.deposits_scan()
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit = Deposit.objects.get()
     assert deposit.status == DepositStatus.FAILED
     assert deposit.credited_at is None
@@ -330,16 +330,16 @@ def test_failed_chain_transaction(demo_master, master_client):
 def test_deposit_on_a_network_disabled_meanwhile_is_not_lost(demo_master):
     """A deposit seen before the network's deposits were switched off is credited once they are
     back on (the coins arrived)."""
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("3"))
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     assert Deposit.objects.get().status == DepositStatus.PROCESSING
     before = _free(demo_master, "USDT")
     Network.objects.filter(coin__code="USDT", network="TRX").update(deposit_enable=False)
     advance_blocks(5, network="TRX")
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     Network.objects.filter(coin__code="USDT", network="TRX").update(deposit_enable=True)
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     assert Deposit.objects.get().status == DepositStatus.SUCCESS
     assert _free(demo_master, "USDT") == before + 3
     assert ledger_check().ok
@@ -356,8 +356,8 @@ def test_travel_rule_above_threshold(demo_master, master_client, operator, setti
     assert deposit.status == DepositStatus.NEED_FILL_DATA
     assert deposit.travel_rule_required
     advance_blocks(10, network="TRX")
-    services.deposits_scan()
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.NEED_FILL_DATA
     assert deposit.confirmations >= 3
@@ -366,9 +366,11 @@ def test_travel_rule_above_threshold(demo_master, master_client, operator, setti
     assert master_client.get(HISTORY, {"statuses": "3"}).json()[0]["id"] == str(deposit.pk)
 
     with pytest.raises(ValueError, match="empty"):
-        services.deposit_fill_travel_rule(deposit=deposit, data={}, filled_by=operator)
-    filled = services.deposit_fill_travel_rule(
-        deposit=deposit, data={"originator_name": "Juan dela Cruz"}, filled_by=operator
+        wallet_deposits.deposit_fill_travel_rule(
+            deposit=deposit, data={}, filled_by=operator, reason="from the sender's VASP"
+        )
+    filled = wallet_deposits.deposit_fill_travel_rule(
+        deposit=deposit, data={"originator_name": "Juan dela Cruz"}, filled_by=operator, reason="from the sender's VASP"
     )
     assert filled.status == DepositStatus.SUCCESS
     assert filled.travel_rule_data["originator_name"] == "Juan dela Cruz"
@@ -376,8 +378,10 @@ def test_travel_rule_above_threshold(demo_master, master_client, operator, setti
     assert _free(demo_master, "USDT") == before + 20
     assert _credits(deposit) == 1
     with pytest.raises(ValueError, match="does not wait"):
-        services.deposit_fill_travel_rule(deposit=filled, data={"originator_name": "again"}, filled_by=operator)
-    services.deposits_scan()
+        wallet_deposits.deposit_fill_travel_rule(
+            deposit=filled, data={"originator_name": "again"}, filled_by=operator, reason="from the sender's VASP"
+        )
+    wallet_deposits.deposits_scan()
     assert _credits(deposit) == 1
     assert ledger_check().ok
 
@@ -386,13 +390,16 @@ def test_travel_rule_filled_before_confirmations(demo_master, operator, settings
     settings.TRAVEL_RULE_THRESHOLD = Decimal("1000")
     before = _free(demo_master, "USDT")
     _deposit_cmd(MASTER, "USDT", "20", "--network", "TRX")
-    deposit = services.deposit_fill_travel_rule(
-        deposit=Deposit.objects.get(), data={"originator_name": "A"}, filled_by=operator
+    deposit = wallet_deposits.deposit_fill_travel_rule(
+        deposit=Deposit.objects.get(),
+        data={"originator_name": "A"},
+        filled_by=operator,
+        reason="from the sender's VASP",
     )
     assert deposit.status == DepositStatus.PROCESSING  # still waiting for minConfirm
     assert _free(demo_master, "USDT") == before
     advance_blocks(2, network="TRX")
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.SUCCESS
     assert _free(demo_master, "USDT") == before + 20
@@ -410,11 +417,11 @@ def test_below_travel_rule_threshold(demo_master, settings):
 
 def test_failed_transaction_waiting_for_travel_rule(demo_master, settings):
     settings.TRAVEL_RULE_THRESHOLD = Decimal("1000")
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     before = _free(demo_master, "USDT")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("50"), fails=True)
     advance_blocks(3, network="TRX")
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     assert Deposit.objects.get().status == DepositStatus.FAILED
     assert _free(demo_master, "USDT") == before
     assert ledger_check().ok

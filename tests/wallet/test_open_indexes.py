@@ -67,11 +67,11 @@ def test_sweeps_and_queues_use_the_partial_indexes():
         "withdrawal_open": [
             Withdrawal.objects.filter(stage=WithdrawalStage.AWAITING_APPROVAL),  # dashboard: awaiting approval
             Withdrawal.objects.filter(stage=WithdrawalStage.BROADCASTING, updated_at__lt=cutoff),  # dashboard: stuck
-            Withdrawal.objects.filter(  # wallet.services.withdrawals_retry_stuck, every minute
+            Withdrawal.objects.filter(  # wallet.settlement.withdrawals_retry_stuck, every minute
                 stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING], updated_at__lt=cutoff
             ),
         ],
-        "withdrawal_confirming": [  # wallet.services.withdrawals_refresh_confirmations
+        "withdrawal_confirming": [  # wallet.settlement.withdrawals_refresh_confirmations
             Withdrawal.objects.filter(stage=WithdrawalStage.SUCCEEDED, confirmations__lt=CONFIRMATIONS_FOLLOWED)
             .exclude(tx_id="")
             .order_by("id")[:500]

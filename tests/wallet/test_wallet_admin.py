@@ -20,7 +20,8 @@ from tests.support.factories import demo_accounts
 from tests.support.staff import ADMINISTRATOR, staff_member
 from tests.support.staff import logged_in as _client
 from tests.support.staff import staff_in as _staff_in
-from wallet import services
+from wallet import approvals as wallet_approvals
+from wallet import deposits as wallet_deposits
 from wallet.chain.simulator import advance_blocks, send_to
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
@@ -114,9 +115,9 @@ def test_wallet_pages_open(root, demo_master, awaiting):
         assert response.status_code == 200, (url, response.status_code)
 
 
-def test_withdrawal_changelist_filters(root, demo_master, awaiting, django_capture_on_commit_callbacks):
+def test_withdrawal_changelist_filters(root, superuser, awaiting, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        services.withdrawal_approve(withdrawal=awaiting, approved_by=demo_master)
+        wallet_approvals.withdrawal_approve(withdrawal=awaiting, approved_by=superuser, reason="checked")
     url = reverse("admin:wallet_withdrawal_changelist")
     assert root.get(url + "?stage__exact=SUCCEEDED").context["cl"].result_count == 1
     assert root.get(url + "?stage__exact=AWAITING_APPROVAL").context["cl"].result_count == 0
@@ -317,10 +318,10 @@ def test_travel_rule_page(root, superuser, demo_master):
 
 def test_travel_rule_then_confirmations(root, demo_master, settings):
     """Filled before the confirmations: the deposit proceeds to PROCESSING, then the scan credits it."""
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     settings.TRAVEL_RULE_THRESHOLD = Decimal("1000")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("25"))
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit = Deposit.objects.get()
     assert deposit.status == DepositStatus.NEED_FILL_DATA
     free, _ = _usdt(demo_master)
@@ -328,7 +329,7 @@ def test_travel_rule_then_confirmations(root, demo_master, settings):
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.PROCESSING
     advance_blocks(3, network="TRX")
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit.refresh_from_db()
     assert deposit.status == DepositStatus.SUCCESS
     assert _usdt(demo_master)[0] == free + 25
@@ -340,9 +341,9 @@ def test_travel_rule_page_unknown_deposit(root):
 
 
 def test_recheck_action(root, demo_master):
-    address = services.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
+    address = wallet_deposits.deposit_address_get(account=demo_master, coin="USDT", network="TRX")
     send_to(network="TRX", address=address.address, tag=address.tag, amount=Decimal("4"))
-    services.deposits_scan()
+    wallet_deposits.deposits_scan()
     deposit = Deposit.objects.get()
     advance_blocks(3, network="TRX")
     response = _action(root, "deposit", "recheck", [deposit.pk])

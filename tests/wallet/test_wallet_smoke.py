@@ -8,8 +8,8 @@ from accounts.models import Balance, User
 from tests.support.assertions import assert_error
 from tests.support.client import SignedClient
 from wallet.chain.simulator import advance_blocks
+from wallet.deposits import deposits_scan
 from wallet.models import Deposit, DepositStatus, Withdrawal, WithdrawalStage
-from wallet.services import deposits_scan
 
 
 def _free(email, code):

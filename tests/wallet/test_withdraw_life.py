@@ -19,7 +19,9 @@ from accounts.models import Balance, BalanceChange, Posting, SystemRole, User
 from exchange.api.errors import ExchangeError
 from tests.support.client import SignedClient
 from tests.support.factories import demo_networks, fund
-from wallet import services
+from wallet import approvals as wallet_approvals
+from wallet import settlement as wallet_settlement
+from wallet import withdrawals as wallet_withdrawals
 from wallet.chain import adapter
 from wallet.chain.simulator import advance_blocks
 from wallet.models import (
@@ -174,7 +176,7 @@ def test_confirmations_follow_the_chain(carol, carol_client, django_capture_on_c
     with django_capture_on_commit_callbacks(execute=True):
         withdrawal = _apply(carol_client, "10")
     advance_blocks(4, network="TRX")
-    services.withdrawals_refresh_confirmations()
+    wallet_settlement.withdrawals_refresh_confirmations()
     withdrawal.refresh_from_db()
     assert withdrawal.confirmations == 5
     [record] = carol_client.get(HISTORY).json()
@@ -214,7 +216,7 @@ def test_broadcast_failure_releases_the_funds(carol, carol_client, django_captur
 
     # A failed withdrawal is final: running the worker again neither sends nor releases twice.
     SimBroadcastFailure.objects.all().delete()
-    services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.FAILED
     assert _broadcasts(withdrawal) == 0
@@ -239,16 +241,16 @@ def test_approval_above_threshold(carol, carol_client, operator, settings, djang
 
     # Workers leave it alone until an operator decides.
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        services.withdrawal_process(withdrawal_id=withdrawal.pk)
-        services.withdrawal_retry(withdrawal=withdrawal)
-        services.withdrawals_retry_stuck()
+        wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
+        wallet_settlement.withdrawal_retry(withdrawal=withdrawal)
+        wallet_settlement.withdrawals_retry_stuck()
     assert callbacks == []
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
     assert _broadcasts(withdrawal) == 0
 
     with django_capture_on_commit_callbacks(execute=True):
-        services.withdrawal_approve(withdrawal=withdrawal, approved_by=operator)
+        wallet_approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=operator, reason="checked")
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.SUCCEEDED
     assert withdrawal.decided_by == operator
@@ -257,7 +259,7 @@ def test_approval_above_threshold(carol, carol_client, operator, settings, djang
 
     # Approving again changes nothing.
     with django_capture_on_commit_callbacks(execute=True):
-        services.withdrawal_approve(withdrawal=withdrawal, approved_by=operator)
+        wallet_approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=operator, reason="checked")
     assert _postings(withdrawal, "settle") == 1
     assert _broadcasts(withdrawal) == 1
     assert ledger_check().ok
@@ -265,7 +267,8 @@ def test_approval_above_threshold(carol, carol_client, operator, settings, djang
 
 @pytest.mark.django_db
 def test_at_the_threshold_no_approval(carol, carol_client, settings, django_capture_on_commit_callbacks):
-    settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("580")  # exactly 10 USDT: only above waits
+    # Exactly 10 USDT plus its 1 USDT fee (11 USDT at 58 PHP): only above waits.
+    settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("638")
     with django_capture_on_commit_callbacks(execute=True):
         withdrawal = _apply(carol_client, "10")
     withdrawal.refresh_from_db()
@@ -278,11 +281,28 @@ def test_at_the_threshold_no_approval(carol, carol_client, settings, django_capt
 
 
 @pytest.mark.django_db
+def test_the_approval_threshold_measures_amount_plus_fee_as_the_four_eyes_one_does(
+    carol, carol_client, settings, django_capture_on_commit_callbacks
+):
+    """10 USDT is 580 PHP, its 1 USDT fee 58 more: with the threshold between the two, the
+    withdrawal waits, valued as the four-eyes threshold values it (approval_value)."""
+    settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("600")
+    with django_capture_on_commit_callbacks(execute=True):
+        withdrawal = _apply(carol_client, "10")
+    withdrawal.refresh_from_db()
+    assert withdrawal.approval_value == Decimal("638")
+    assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
+    assert _broadcasts(withdrawal) == 0
+    assert _free_locked(carol.pk) == (Decimal(89), Decimal(11))
+    assert ledger_check().ok
+
+
+@pytest.mark.django_db
 def test_reject_releases_the_funds(carol, carol_client, operator, settings, django_capture_on_commit_callbacks):
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("100")
     withdrawal = _apply(carol_client, "10")
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
-    services.withdrawal_reject(withdrawal=withdrawal, rejected_by=operator, reason="suspicious")
+    wallet_approvals.withdrawal_reject(withdrawal=withdrawal, rejected_by=operator, reason="suspicious")
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.FAILED
     assert withdrawal.info == "suspicious"
@@ -292,9 +312,9 @@ def test_reject_releases_the_funds(carol, carol_client, operator, settings, djan
 
     # Neither an approval nor a worker after the rejection sends anything.
     with django_capture_on_commit_callbacks(execute=True):
-        services.withdrawal_approve(withdrawal=withdrawal, approved_by=operator)
-        services.withdrawal_process(withdrawal_id=withdrawal.pk)
-        services.withdrawal_reject(withdrawal=withdrawal, rejected_by=operator)
+        wallet_approvals.withdrawal_approve(withdrawal=withdrawal, approved_by=operator, reason="checked")
+        wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
+        wallet_approvals.withdrawal_reject(withdrawal=withdrawal, rejected_by=operator, reason="rejected by operations")
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.FAILED
     assert withdrawal.info == "suspicious"
@@ -310,7 +330,7 @@ def test_reject_a_queued_withdrawal_before_the_worker(
 ):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         withdrawal = _apply(carol_client, "10")
-    services.withdrawal_reject(withdrawal=withdrawal, rejected_by=operator)
+    wallet_approvals.withdrawal_reject(withdrawal=withdrawal, rejected_by=operator, reason="rejected by operations")
     for callback in callbacks:  # the worker's task arrives late
         callback()
     withdrawal.refresh_from_db()
@@ -329,8 +349,8 @@ def test_process_twice_settles_once(carol, carol_client, django_capture_on_commi
     fees_before, total_before = _free_locked(fees)[0], _role_free(SystemRole.FEES)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         withdrawal = _apply(carol_client, "10")
-    first = services.withdrawal_process(withdrawal_id=withdrawal.pk)
-    second = services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    first = wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
+    second = wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     for callback in callbacks:  # and the queued task too
         callback()
     assert first.stage == second.stage == WithdrawalStage.SUCCEEDED
@@ -359,7 +379,7 @@ def test_worker_died_after_broadcasting(carol, carol_client, django_capture_on_c
         tag=withdrawal.tag,
         amount=withdrawal.amount,
     )
-    settled = services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    settled = wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     assert settled.stage == WithdrawalStage.SUCCEEDED
     assert settled.tx_id == tx_id
     assert _broadcasts(withdrawal) == 1
@@ -372,8 +392,8 @@ def test_worker_died_after_broadcasting(carol, carol_client, django_capture_on_c
 def test_worker_died_before_broadcasting(carol, carol_client, django_capture_on_commit_callbacks):
     withdrawal = _apply_queued(carol_client, django_capture_on_commit_callbacks)
     Withdrawal.objects.filter(pk=withdrawal.pk).update(stage=WithdrawalStage.BROADCASTING)
-    services.withdrawal_process(withdrawal_id=withdrawal.pk)
-    services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
+    wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.SUCCEEDED
     assert _broadcasts(withdrawal) == 1
@@ -385,11 +405,11 @@ def test_worker_died_before_broadcasting(carol, carol_client, django_capture_on_
 def test_stuck_withdrawals_are_retried(carol, carol_client, settings, django_capture_on_commit_callbacks):
     withdrawal = _apply_queued(carol_client, django_capture_on_commit_callbacks)
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.withdrawals_retry_stuck() == 0  # not old enough yet
+        assert wallet_settlement.withdrawals_retry_stuck() == 0  # not old enough yet
     old = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_RETRY_AFTER_SECONDS + 5)
     Withdrawal.objects.filter(pk=withdrawal.pk).update(updated_at=old)
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.withdrawals_retry_stuck() == 1
+        assert wallet_settlement.withdrawals_retry_stuck() == 1
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.SUCCEEDED
     assert _postings(withdrawal, "settle") == 1
@@ -440,7 +460,7 @@ def test_concurrent_withdrawals_never_overdraw(make_user):
 
     def withdraw(i: int):
         account = User.objects.get(pk=user.pk)
-        return services.withdrawal_apply(
+        return wallet_withdrawals.withdrawal_apply(
             account=account,
             coin="USDT",
             network="TRX",
@@ -471,7 +491,7 @@ def test_concurrent_same_withdraw_order_id(make_user):
     ledger.role_account_ids(SystemRole.FEES)
 
     def withdraw(_i: int):
-        return services.withdrawal_apply(
+        return wallet_withdrawals.withdrawal_apply(
             account=User.objects.get(pk=user.pk),
             coin="USDT",
             network="TRX",
@@ -505,7 +525,7 @@ def test_repeated_withdraw_order_id_while_the_first_settles(make_user, settings,
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("1")  # no task on commit: the test runs the worker
 
     def apply():
-        return services.withdrawal_apply(
+        return wallet_withdrawals.withdrawal_apply(
             account=User.objects.get(pk=user.pk),
             coin="USDT",
             network="TRX",
@@ -530,7 +550,7 @@ def test_repeated_withdraw_order_id_while_the_first_settles(make_user, settings,
 
     def work(i: int):
         if i == 0:
-            return services.withdrawal_process(withdrawal_id=first.pk).stage
+            return wallet_settlement.withdrawal_process(withdrawal_id=first.pk).stage
         assert settling.wait(timeout=30)
         return apply()
 
@@ -548,7 +568,7 @@ def test_concurrent_workers_settle_once(make_user, settings):
     """Eight workers process the same withdrawal at once: one broadcast, one settlement."""
     user = _racer(make_user, "100")
     settings.WITHDRAWAL_APPROVAL_THRESHOLD = Decimal("1")  # held for approval: no task runs on commit
-    withdrawal = services.withdrawal_apply(
+    withdrawal = wallet_withdrawals.withdrawal_apply(
         account=user,
         coin="USDT",
         network="TRX",
@@ -560,7 +580,7 @@ def test_concurrent_workers_settle_once(make_user, settings):
     assert withdrawal.stage == WithdrawalStage.AWAITING_APPROVAL
     Withdrawal.objects.filter(pk=withdrawal.pk).update(stage=WithdrawalStage.QUEUED)
 
-    results = _in_threads(8, lambda _i: services.withdrawal_process(withdrawal_id=withdrawal.pk).stage)
+    results = _in_threads(8, lambda _i: wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk).stage)
     assert all(r in (WithdrawalStage.SUCCEEDED, WithdrawalStage.BROADCASTING) for r in results), results
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.SUCCEEDED
@@ -596,11 +616,11 @@ def test_first_fee_account_rolled_back_is_not_remembered(carol, carol_client, mo
 
     monkeypatch.setattr(ledger, "post", deadlock_once)
     with pytest.raises(RuntimeError):
-        services.withdrawal_process(withdrawal_id=withdrawal.pk)
+        wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.BROADCASTING  # rolled back; a retry will settle it
 
-    settled = services.withdrawal_process(withdrawal_id=withdrawal.pk)
+    settled = wallet_settlement.withdrawal_process(withdrawal_id=withdrawal.pk)
     assert settled.stage == WithdrawalStage.SUCCEEDED
     fee_change = BalanceChange.objects.get(posting__reference=f"withdrawal:{withdrawal.pk}:settle", delta_free=1)
     shard = carol.pk % len(ledger.role_account_ids(SystemRole.FEES))
@@ -639,7 +659,7 @@ def test_broker_down_does_not_refuse_an_accepted_withdrawal(make_user, make_key,
     monkeypatch.undo()
     old = timezone.now() - timedelta(seconds=settings.WITHDRAWAL_RETRY_AFTER_SECONDS + 5)
     Withdrawal.objects.filter(pk=withdrawal.pk).update(updated_at=old)
-    services.withdrawals_retry_stuck()
+    wallet_settlement.withdrawals_retry_stuck()
     withdrawal.refresh_from_db()
     assert withdrawal.stage == WithdrawalStage.SUCCEEDED
     assert ledger_check().ok

@@ -23,8 +23,9 @@ from accounts.selectors import UserRef, transfer_parties
 from exchange.backoffice.services import require_reason, staff_action, summary
 from exchange.runtime.ttlcache import TtlCache
 from wallet import errors
+from wallet.approvals import approval_value_of
 from wallet.models import Transfer, TransferFee
-from wallet.services import approval_value_of, fits_precision
+from wallet.withdrawals import fits_precision
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from accounts.models import User
 from exchange.api.errors import ExchangeError
 from exchange.api.formatting import amount as amount_text
-from wallet import services
+from wallet import deposits
 from wallet.chain import adapter
 from wallet.chain.simulator import send_to
 from wallet.models import SimTransaction
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         if amount <= 0:
             raise CommandError("AMOUNT must be positive")
         try:
-            address = services.deposit_address_get(account=user, coin=options["coin"], network=options["network"])
+            address = deposits.deposit_address_get(account=user, coin=options["coin"], network=options["network"])
         except ExchangeError as exc:
             raise CommandError(exc.msg) from exc
         network = address.network
@@ -62,7 +62,7 @@ class Command(BaseCommand):
             for s in adapter().scan(network=network, addresses={(address.address, address.tag): user.pk})
         }
         found = seen[(tx.tx_id, tx.output_index)]
-        deposit = services.deposit_record(
+        deposit = deposits.deposit_record(
             network=network,
             tx_id=found.tx_id,
             output_index=found.output_index,
