@@ -93,8 +93,8 @@ class Hub:
 
     # The registry, the fairness meter and the ordering call each other through the hub (they are
     # made one after the other).
-    def _dispatch(self, feed: Feed, rows: list[dict]) -> None:
-        self.listeners.dispatch(feed, rows)
+    def _dispatch(self, feed: Feed, postings: list[Posting]) -> None:
+        self.listeners.dispatch(feed, postings)
 
     def _audience(self, account: int) -> list[Listener]:
         return self.listeners.audience(account)

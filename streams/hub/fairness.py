@@ -37,14 +37,22 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from django.conf import settings
 
 from streams import clock as shared_clock
 
-if TYPE_CHECKING:
-    from streams.hub.listeners import Listener
+
+class Listener(Protocol):
+    """A connection as the meter sees it (streams.hub.listeners.Listener)."""
+
+    gone: bool
+
+    def lag(self) -> tuple[float, int]: ...
+
+    def too_slow(self) -> None: ...
+
 
 logger = logging.getLogger(__package__)  # streams.hub
 

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streams import relay
-from streams.hub import ordering
 from streams.hub.accounts import Accounts, Read
 from streams.hub.channel import Channel
 from streams.hub.fairness import caused_by_holder
@@ -172,12 +171,8 @@ class Listeners:
         for listener in list(self._by_key.get(key, ())):
             listener.key_closed(key, message)
 
-    def dispatch(self, feed: Feed, rows: list[dict]) -> None:
-        """The feed's next rows, in order: to every connection that gets them."""
-        postings = postings_of(rows)
-        for posting in postings:
-            feed.last = posting.last
-            feed.remember(posting)
+    def dispatch(self, feed: Feed, postings: list[Posting]) -> None:
+        """The feed's next postings, in order: to every connection that gets them."""
         audience = self.audience(feed.account)
         for listener in audience:
             for posting in postings:
@@ -241,7 +236,7 @@ class Listeners:
         """A connection started further back than the feed's history reaches."""
         account = feed.account
         try:
-            rows = await ordering.read_rows(account, start + 1, upto)
+            rows = await self.ordering.rows(account, start + 1, upto)
         except Exception:
             logger.exception("Could not read account %s's rows %s-%s for a connection", account, start + 1, upto)
             listener.held.pop(account, None)

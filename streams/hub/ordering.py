@@ -14,7 +14,7 @@ from django.conf import settings
 
 from streams import relay
 from streams.hub.channel import RETRY_SECONDS, cancelling
-from streams.hub.frames import Posting
+from streams.hub.frames import Posting, postings_of
 
 logger = logging.getLogger(__package__)  # streams.hub, as before the split
 
@@ -72,7 +72,8 @@ class Feed:
 
 
 class Ordering:
-    """The feeds. Rows in sequence order go to `dispatch(feed, rows)`; `spawn` runs a gap fill in the
+    """The feeds. Rows in sequence order, as postings (remembered in the feed's history), go to
+    `dispatch(feed, postings)`; `spawn` runs a gap fill in the
     background; `read(account, first, upto)` reads rows (default: the change feed); `clock` is
     monotonic seconds (the gap wait is timed on the loop's own clock, `loop.call_later`)."""
 
@@ -80,7 +81,7 @@ class Ordering:
         self,
         loop: asyncio.AbstractEventLoop,
         spawn: Callable[[Coroutine], asyncio.Task],
-        dispatch: Callable[[Feed, list[dict]], None],
+        dispatch: Callable[[Feed, list[Posting]], None],
         clock: Callable[[], float] = time.monotonic,
         read: Callable[[int, int, int], Awaitable[list[dict]]] | None = None,
     ) -> None:
@@ -114,6 +115,10 @@ class Ordering:
         for feed in self.feeds.values():
             feed.stop()
         self.feeds.clear()
+
+    async def rows(self, account: int, first: int, upto: int) -> list[dict]:
+        """The account's rows first..upto, read (a connection's replay reads them here too)."""
+        return await (self.read or read_rows)(account, first, upto)
 
     def followed(self) -> list[int]:
         """The accounts whose feeds have started (for the watcher's catch-up)."""
@@ -163,7 +168,11 @@ class Ordering:
             seq += 1
         if run:
             feed.progress_at = self.clock()
-            self.dispatch(feed, run)
+            postings = postings_of(run)
+            for posting in postings:
+                feed.last = posting.last
+                feed.remember(posting)
+            self.dispatch(feed, postings)
         if feed.behind():
             if feed.timer is None and feed.filling is None:
                 self.waits += 1
@@ -188,7 +197,7 @@ class Ordering:
         first = feed.last + 1
         upto = max(max(feed.ahead, default=0), feed.behind_to)
         try:
-            rows = await (self.read or read_rows)(feed.account, first, upto)
+            rows = await self.rows(feed.account, first, upto)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -145,7 +145,7 @@ def ordering_of(reads: Reads) -> tuple[Ordering, list[list[int]]]:
     ordering = Ordering(
         loop,
         spawn=loop.create_task,
-        dispatch=lambda feed, run: dispatched.append([row["seq"] for row in run]),
+        dispatch=lambda feed, postings: dispatched.append([posting.last for posting in postings]),
         clock=Clock(),
         read=reads,
     )
@@ -206,7 +206,7 @@ async def test_the_watchers_catch_up_reads_what_no_message_carried():
 
 def test_a_sub_account_is_wanted_while_its_whitelisted_masters_connections_are_here():
     clock = Clock()
-    ordering = Ordering(None, spawn=None, dispatch=lambda feed, run: None, clock=clock)
+    ordering = Ordering(None, spawn=None, dispatch=lambda feed, postings: None, clock=clock)
     accounts = Accounts(ordering, spawn=None, master_changed=lambda account, masters: None, clock=clock)
     accounts.learn(2, AccountInfo("sub@example.com", master=1, whitelisted=True, joined=0.0))
     assert (accounts.watched_by(2), accounts.subs(1)) == (1, {2})
@@ -236,7 +236,7 @@ class Parts:
         loop = asyncio.get_running_loop()
         self.layer, self.charges = Layer(), []
         self.channel = Channel(self.layer, loop, handle=lambda message: None)
-        self.ordering = Ordering(loop, self.channel.spawn, lambda feed, run: self.registry.dispatch(feed, run))
+        self.ordering = Ordering(loop, self.channel.spawn, lambda *run: self.registry.dispatch(*run))
         self.accounts = Accounts(
             self.ordering, self.channel.spawn, lambda account, masters: self.registry.master_changed(account, masters)
         )
