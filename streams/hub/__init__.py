@@ -25,15 +25,21 @@ connections listen to the account, and the hub does an account's work once:
   events: the hub detaches the key from its connections before it looks at the next message, so an
   event sent after a key was closed never reaches a connection through that key.
 
-The hub is one class put together from one module per concern:
+The hub is a small object composed of collaborators, each made with what it needs (the others'
+public methods, a `clock`) and testable alone:
 
-- channel.py: the channel, its group memberships, the receive loop, background tasks;
-- ordering.py: per-account order (`Feed`), gap wait and gap fill;
-- frames.py: a posting's frames, built once per view;
-- accounts.py: what the hub knows of accounts and who listens to them;
-- listeners.py: the listener registry and the delivery to connections;
-- fairness.py: behind, it closes the connections slow to take their frames, else those of an account
-  whose own postings made most of its work; never a recipient's for what others send it.
+- `Channel` (channel.py): the channel-layer channel, its reference-counted group memberships and
+  their renewal, the receive loop (each message to `Hub.receive`), the background tasks;
+- `Ordering` (ordering.py): per-account order (`Feed`), the gap wait and the gap fill, each run of
+  rows in order handed to the registry's `dispatch`;
+- `Accounts` (accounts.py): what the hub knows of accounts (master, whitelisted, e-mail), how many
+  connections own each, a sub-account discovered from a message, the periodic re-read;
+- `Listeners` (listeners.py): the listener registry (connections by listenKey and by account) and
+  the delivery to them, from the feed's history or a database replay;
+- `Fairness` (fairness.py): the cost meter and the judge: behind, it closes the connections slow to
+  take their frames, else those of an account whose own postings made most of its work; never a
+  recipient's for what others send it;
+- frames.py: a posting's frames, built once per view.
 """
 
 from __future__ import annotations
@@ -42,19 +48,25 @@ import asyncio
 import contextlib
 import time
 import weakref
+from collections.abc import Callable
 
-from streams.hub.accounts import INFO_SECONDS, AccountInfo, AccountsMixin, Read, read_accounts
-from streams.hub.channel import ChannelMixin, cancelling
-from streams.hub.fairness import FairnessMixin
+from streams.hub.accounts import AccountInfo, Accounts, Read, read_accounts
+from streams.hub.channel import Channel, cancelling
+from streams.hub.fairness import Fairness
 from streams.hub.frames import Posting, postings_of
-from streams.hub.listeners import Listener, ListenersMixin
-from streams.hub.ordering import Feed, OrderingMixin
+from streams.hub.listeners import Listener, Listeners
+from streams.hub.ordering import Feed, Ordering
 
 __all__ = [
     "AccountInfo",
+    "Accounts",
+    "Channel",
+    "Fairness",
     "Feed",
     "Hub",
     "Listener",
+    "Listeners",
+    "Ordering",
     "Posting",
     "Read",
     "cancelling",
@@ -65,71 +77,115 @@ __all__ = [
 ]
 
 
-class Hub(ListenersMixin, OrderingMixin, AccountsMixin, FairnessMixin, ChannelMixin):
-    def __init__(self, layer, loop: asyncio.AbstractEventLoop) -> None:
+class Hub:
+    """One process's (one loop's, one channel layer's) hub: the collaborators, wired together. The
+    connections call `add_keys`, `joined`, `start`, `drop_key`, `drop_all`, `settle`; the watcher
+    `followed`, `catch_up`, `maintain`; the channel `receive` with each message."""
+
+    def __init__(self, layer, loop: asyncio.AbstractEventLoop, clock: Callable[[], float] = time.monotonic) -> None:
         self.layer = layer
-        self.loop = loop
-        self.channel: str | None = None
-        self.refs: dict[str, int] = {}  # group -> registrations that need it
-        self.members: set[str] = set()  # groups the channel is in
-        self.reconciling: dict[str, asyncio.Task] = {}
-        self.key_listeners: dict[str, set[Listener]] = {}
-        self.interest: dict[int, int] = {}  # account -> listeners that own it (started or not)
-        self.own_listeners: dict[int, set[Listener]] = {}  # account -> listeners started on it
-        self.feeds: dict[int, Feed] = {}
-        self.info: dict[int, AccountInfo] = {}
-        self.subs_of: dict[int, set[int]] = {}  # master -> sub-accounts the hub knows
-        self.stale: set[int] = set()  # accounts whose info is being read again
-        self.receiver: asyncio.Task | None = None
-        self.refresher: asyncio.Task | None = None
-        self.refreshed_at = time.monotonic()  # group memberships last renewed
-        self.tasks: set[asyncio.Task] = set()
-        self.cost: dict[int, int] = {}  # account -> writes of postings it caused itself, this cost window
-        self.cost_before: dict[int, int] = {}  # ... in the window before
-        self.writes = 0  # all connection writes in this cost window
-        self.writes_before = 0  # ... in the window before
-        self.cost_since = time.monotonic()
-        self.judged_at = -1e9  # when the hub last judged whom to close for being behind
-        self.behind_since: float | None = None  # since when the messages arrive late
-        # Counters (tests, diagnostics).
-        self.messages = 0  # ledger messages received
-        self.waits = 0  # times rows arrived ahead of a missing sequence and the hub waited for it
-        self.fills = 0  # feed gap fills and catch-ups read from the database
-        self.replays = 0  # connections started from the database (their start beyond the history)
-        self.late = 0  # messages received more than STREAM_MAX_LAG_SECONDS after they were sent
-        self.sheds = 0  # times the hub was behind and closed connections (fairness.py)
+        self.channel = Channel(layer, loop, self.receive, clock)
+        self.ordering = Ordering(loop, self.channel.spawn, self._dispatch, clock)
+        self.accounts = Accounts(self.ordering, self.channel.spawn, self._master_changed, clock)
+        self.fairness = Fairness(self._audience, self._everyone, clock)
+        self.listeners = Listeners(self.channel, self.ordering, self.accounts, self.fairness.charge)
+        self.messages = 0  # ledger messages received (tests, diagnostics)
+
+    # The registry, the fairness meter and the ordering call each other through the hub (they are
+    # made one after the other).
+    def _dispatch(self, feed: Feed, postings: list[Posting]) -> None:
+        self.listeners.dispatch(feed, postings)
+
+    def _audience(self, account: int) -> list[Listener]:
+        return self.listeners.audience(account)
+
+    def _everyone(self) -> set[Listener]:
+        return self.listeners.everyone()
+
+    def _master_changed(self, account: int, masters: set[int]) -> None:
+        self.listeners.master_changed(account, masters)
+
+    # --- the connections ---------------------------------------------------------------------------
+
+    def add_keys(self, listener: Listener, owners: dict[str, int]) -> tuple[list[str], list[int]]:
+        """Register listenKeys (and their accounts) for a connection. Returns the groups to await
+        (`joined`) before reading the new accounts' sequences, and those accounts."""
+        return self.listeners.add_keys(listener, owners)
+
+    async def joined(self, groups: list[str]) -> None:
+        """Until the hub's channel is in these groups (raises what joining raised)."""
+        await self.channel.joined(groups)
+
+    def start(self, listener: Listener, read: Read) -> None:
+        """A connection's accounts start at the sequences it read (after registering)."""
+        self.listeners.start(listener, read)
+
+    def drop_key(self, listener: Listener, key: str) -> None:
+        self.listeners.drop_key(listener, key)
+
+    def drop_all(self, listener: Listener) -> None:
+        """The connection goes (or is cut off): nothing more is given to it."""
+        self.listeners.drop_all(listener)
+
+    async def settle(self) -> None:
+        """After a connection let go: wait for the hub's group changes, and stop receiving when
+        no connection is left."""
+        await self.channel.settle()
+        if self.channel.needed():
+            return
+        self.ordering.stop()
+        self.channel.stop()
+
+    # --- the channel ---------------------------------------------------------------------------------
+
+    def receive(self, message: dict) -> None:
+        """A message from the channel: a ledger message's rows to their account's feed, a listenKey's
+        close to its connections (before the next message is looked at)."""
+        kind = message.get("type")
+        if kind == "ledger.changes":
+            self.messages += 1
+            self.fairness.received(message.get("sent"))
+            account = message["account"]
+            feed = self.ordering.get(account)
+            if feed is None:
+                if not self.accounts.may_want(account):
+                    return  # nobody here listens (a key closed while this was in flight)
+                feed = self.ordering.feed(account)
+                self.accounts.resolve(feed)
+            self.ordering.add(feed, message["rows"], message.get("email"))
+            self.accounts.heard(account)
+        elif kind == "listenkey.closed":
+            self.listeners.key_closed(message)
+
+    # --- the watcher ---------------------------------------------------------------------------------
+
+    def followed(self) -> list[int]:
+        """The accounts whose feeds have started (for the watcher's catch-up)."""
+        return self.ordering.followed()
+
+    def catch_up(self, seqs: dict[int, int]) -> None:
+        """The watcher read the accounts' committed sequences: a feed behind them waits
+        STREAM_GAP_WAIT_SECONDS for the rows in flight, then reads the rest."""
+        self.ordering.catch_up(seqs)
 
     def maintain(self) -> None:
         """The watcher's periodic upkeep: rejoin the groups now and then, forget accounts nobody
         here has listened to for a while."""
-        now = time.monotonic()
-        if now - self.refreshed_at > min(3600.0, getattr(self.layer, "group_expiry", 86400) / 4):
-            self.refreshed_at = now
-            self._spawn(self._refresh_groups())
-        masters = {info.master for info in self.info.values() if info.master is not None}
-        for account in [
-            account
-            for account, info in self.info.items()
-            if info.expires < now - INFO_SECONDS
-            and account not in self.feeds
-            and account not in self.interest
-            and account not in masters
-        ]:
-            del self.info[account]
-        for master in [master for master, subs in self.subs_of.items() if not subs & self.info.keys()]:
-            del self.subs_of[master]
+        self.channel.maintain()
+        self.accounts.maintain()
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Hub]] = weakref.WeakKeyDictionary()
 
 
-def hub_for(layer) -> Hub:
-    """This event loop's hub for `layer` (the server's: one per process)."""
+def hub_for(layer, clock: Callable[[], float] = time.monotonic) -> Hub:
+    """This event loop's hub for `layer` (the server's: one per process); `clock` is the one a hub
+    made now gets."""
     loop = asyncio.get_running_loop()
     hubs = _hubs.setdefault(loop, {})
     hub = hubs.get(id(layer))
     if hub is None or hub.layer is not layer:
-        hub = hubs[id(layer)] = Hub(layer, loop)
+        hub = hubs[id(layer)] = Hub(layer, loop, clock)
     return hub
 
 

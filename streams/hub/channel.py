@@ -1,10 +1,14 @@
-"""The hub's one channel-layer channel: reference-counted group membership, the receive loop that
-hands each message to the hub, and the hub's background tasks (their failures logged as outages)."""
+"""The hub's one channel-layer channel (`Channel`): reference-counted group membership, the receive
+loop that hands each message to the hub, the periodic renewal of the memberships, and the hub's
+background tasks (their failures logged as outages)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
+from collections.abc import Callable, Coroutine
 
 from exchange.runtime.outage import Outage
 
@@ -14,33 +18,61 @@ logger = logging.getLogger(__package__)
 RETRY_SECONDS = 1.0  # after a failed database read
 
 
-class ChannelMixin:
-    """The Hub's channel-layer side; state (`channel`, `refs`, `members`, `reconciling`, `receiver`,
-    `tasks`) is set up in Hub.__init__ (streams/hub/__init__.py)."""
+class Channel:
+    """The channel, its groups and its tasks. `handle(message)` is given every message received;
+    `clock` (monotonic seconds) times the renewal of the memberships."""
 
-    layer: object
-    loop: asyncio.AbstractEventLoop
-    channel: str | None
-    refs: dict[str, int]
-    members: set[str]
-    reconciling: dict[str, asyncio.Task]
-    receiver: asyncio.Task | None
-    tasks: set[asyncio.Task]
+    def __init__(
+        self,
+        layer,
+        loop: asyncio.AbstractEventLoop,
+        handle: Callable[[dict], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.layer = layer
+        self.loop = loop
+        self.handle = handle
+        self.clock = clock
+        self.name: str | None = None  # the channel's name, once made
+        self.receiver: asyncio.Task | None = None
+        self._refs: dict[str, int] = {}  # group -> registrations that need it
+        self._members: set[str] = set()  # groups the channel is in
+        self._reconciling: dict[str, asyncio.Task] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._refreshed_at = clock()  # group memberships last renewed
 
     # --- group membership -----------------------------------------------------------------------
 
-    def _ref(self, group: str, delta: int) -> str:
-        count = self.refs.get(group, 0) + delta
+    def ref(self, group: str, delta: int) -> str:
+        """One registration more (+1) or less (-1) needs `group`; the channel joins or leaves it."""
+        count = self._refs.get(group, 0) + delta
         if count > 0:
-            self.refs[group] = count
+            self._refs[group] = count
         else:
-            self.refs.pop(group, None)
-        if (group in self.refs) != (group in self.members) and group not in self.reconciling:
+            self._refs.pop(group, None)
+        if (group in self._refs) != (group in self._members) and group not in self._reconciling:
             self._reconcile_soon(group)
         return group
 
+    async def joined(self, groups: list[str]) -> None:
+        """Until the channel is in these groups (raises what joining raised)."""
+        for group in groups:
+            while group in self._refs and group not in self._members:
+                task = self._reconciling.get(group) or self._reconcile_soon(group)
+                await asyncio.shield(task)
+
+    def needed(self) -> bool:
+        """Whether any registration needs a group (or a join or leave is under way)."""
+        return bool(self._refs or self._reconciling)
+
+    async def settle(self) -> None:
+        """Until the joins and leaves under way are done."""
+        for task in list(self._reconciling.values()):
+            with contextlib.suppress(Exception):
+                await asyncio.shield(task)
+
     def _reconcile_soon(self, group: str) -> asyncio.Task:
-        task = self.reconciling[group] = self.loop.create_task(self._reconcile(group))
+        task = self._reconciling[group] = self.loop.create_task(self._reconcile(group))
         task.add_done_callback(_retrieve)
         return task
 
@@ -49,25 +81,42 @@ class ChannelMixin:
         a call is under way)."""
         try:
             channel = await self._channel()
-            while (group in self.refs) != (group in self.members):
-                if group in self.refs:
+            while (group in self._refs) != (group in self._members):
+                if group in self._refs:
                     await self.layer.group_add(group, channel)
-                    self.members.add(group)
+                    self._members.add(group)
                 else:
-                    self.members.discard(group)
+                    self._members.discard(group)
                     await self.layer.group_discard(group, channel)
         finally:
-            if self.reconciling.get(group) is asyncio.current_task():
-                del self.reconciling[group]
+            if self._reconciling.get(group) is asyncio.current_task():
+                del self._reconciling[group]
 
     async def _channel(self) -> str:
-        if self.channel is None:
-            self.channel = await self.layer.new_channel()  # no I/O in either layer
-        return self.channel
+        if self.name is None:
+            self.name = await self.layer.new_channel()  # no I/O in either layer
+        return self.name
+
+    def maintain(self) -> asyncio.Task | None:
+        """Group memberships expire (the layer's group_expiry, a day): a channel that stays in a
+        group for longer, one connection after the other, joins it again now and then. Returns the
+        renewal if one is due."""
+        now = self.clock()
+        if now - self._refreshed_at > min(3600.0, getattr(self.layer, "group_expiry", 86400) / 4):
+            self._refreshed_at = now
+            return self.spawn(self._refresh_groups())
+        return None
+
+    async def _refresh_groups(self) -> None:
+        channel = await self._channel()
+        for group in list(self._members):
+            if group in self._refs:
+                await self.layer.group_add(group, channel)
 
     # --- receiving ---------------------------------------------------------------------------------
 
-    def _ensure_receiving(self) -> None:
+    def receive(self) -> None:
+        """Receive (if not already): each message goes to `handle`."""
         if self.receiver is None or self.receiver.done():
             self.receiver = self.loop.create_task(self._receive())
 
@@ -86,30 +135,29 @@ class ChannelMixin:
                 continue
             RECEIVE_OUTAGE.ok()
             try:
-                kind = message.get("type")
-                if kind == "ledger.changes":
-                    self._on_changes(message)
-                elif kind == "listenkey.closed":
-                    self._on_key_closed(message)
+                self.handle(message)
             except Exception:
                 logger.exception("The stream hub could not handle a %s message", message.get("type"))
 
-    async def _refresh_groups(self) -> None:
-        """Group memberships expire (the layer's group_expiry, a day): a hub that stays in a group
-        for longer, one connection after the other, joins it again now and then."""
-        channel = await self._channel()
-        for group in list(self.members):
-            if group in self.refs:
-                await self.layer.group_add(group, channel)
-
     # --- background work -------------------------------------------------------------------------
 
-    def _spawn(self, coroutine) -> asyncio.Task:
+    def spawn(self, coroutine: Coroutine) -> asyncio.Task:
+        """Run `coroutine` in the background (cancelled by `stop`; a failure is logged)."""
         task = self.loop.create_task(coroutine)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_retrieve)
         return task
+
+    def stop(self) -> None:
+        """Cancel the background tasks and stop receiving."""
+        for task in list(self._tasks):
+            task.cancel()
+        receiver, self.receiver = self.receiver, None
+        if receiver is not None:
+            # Not awaited: channels_redis may take until its blocking read times out to let go of
+            # a cancelled receive (as with the consumers' own receives, which nobody awaits either).
+            receiver.cancel()
 
 
 def _retrieve(task: asyncio.Task) -> None:

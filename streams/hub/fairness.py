@@ -28,17 +28,31 @@ before) let an outsider get a victim's streams closed by sending it many small t
    more websocket processes. What an outsider can send one account is bounded by the sender's own
    limits (its balance, its API rate limits and daily transfer limit), i.e. the sender pays.
 
-The hub judges at most once per bound."""
+The hub judges at most once per bound. `Fairness` is the meter: the hub charges it each dispatch's
+writes and shows it each message's "sent"; it sees the connections through two callables."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 from decimal import Decimal
+from typing import Protocol
 
 from django.conf import settings
 
-from streams import clock
+from streams import clock as shared_clock
+
+
+class Listener(Protocol):
+    """A connection as the meter sees it (streams.hub.listeners.Listener)."""
+
+    gone: bool
+
+    def lag(self) -> tuple[float, int]: ...
+
+    def too_slow(self) -> None: ...
+
 
 logger = logging.getLogger(__package__)  # streams.hub
 
@@ -58,49 +72,59 @@ def caused_by_holder(rows: list[dict]) -> bool:
     return any(Decimal(row["delta_free"]) < 0 or Decimal(row["delta_locked"]) != 0 for row in rows)
 
 
-class FairnessMixin:
-    """The Hub's fairness side; `cost`, `cost_before`, `writes`, `writes_before`, `cost_since`,
-    `judged_at`, `sheds`, `late` and `behind_since` are set up in Hub.__init__
-    (streams/hub/__init__.py)."""
+class Fairness:
+    """The cost meter and the judge. `audience(account)` gives the connections that get the account's
+    events, `everyone()` every connection started here; `clock` is monotonic seconds (how long the
+    hub has been behind, the cost windows)."""
 
-    cost: dict[int, int]
-    cost_before: dict[int, int]
-    writes: int
-    writes_before: int
-    cost_since: float
-    judged_at: float
-    sheds: int
-    late: int
-    behind_since: float | None
+    def __init__(
+        self,
+        audience: Callable[[int], Iterable[Listener]],
+        everyone: Callable[[], Iterable[Listener]],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.audience = audience
+        self.everyone = everyone
+        self.clock = clock
+        self._cost: dict[int, int] = {}  # account -> writes of postings it caused itself, this cost window
+        self._cost_before: dict[int, int] = {}  # ... in the window before
+        self._writes = 0  # all connection writes in this cost window
+        self._writes_before = 0  # ... in the window before
+        self._cost_since = clock()
+        self._judged_at = -1e9  # when the hub last judged whom to close for being behind
+        self._behind_since: float | None = None  # since when the messages arrive late
+        self.late = 0  # messages received more than STREAM_MAX_LAG_SECONDS after they were sent
+        self.sheds = 0  # times the hub was behind and closed connections
 
-    def _charge(self, account: int, writes: int, caused: int) -> None:
+    def charge(self, account: int, writes: int, caused: int) -> None:
         """`writes` connection writes for the account's postings, `caused` of them for postings it
         caused itself."""
-        now = time.monotonic()
-        if now - self.cost_since >= COST_WINDOW_SECONDS:
-            self.cost_before, self.cost, self.cost_since = self.cost, {}, now
-            self.writes_before, self.writes = self.writes, 0
-        self.writes += writes
+        now = self.clock()
+        if now - self._cost_since >= COST_WINDOW_SECONDS:
+            self._cost_before, self._cost, self._cost_since = self._cost, {}, now
+            self._writes_before, self._writes = self._writes, 0
+        self._writes += writes
         if caused:
-            self.cost[account] = self.cost.get(account, 0) + caused
+            self._cost[account] = self._cost.get(account, 0) + caused
 
-    def _check_behind(self, message: dict) -> None:
-        sent = message.get("sent")
+    def received(self, sent: float | None) -> None:
+        """A message sent at `sent` (Redis's clock; None from an older relay) reached the hub: behind
+        for a while, it closes who pays."""
         if sent is None:
             return
-        behind = clock.hub.now() - sent
+        behind = shared_clock.hub.now() - sent
         limit = max_lag_seconds()
-        now = time.monotonic()
+        now = self.clock()
         if behind <= limit:
-            self.behind_since = None
+            self._behind_since = None
             return
         self.late += 1
-        if self.behind_since is None:
-            self.behind_since = now
+        if self._behind_since is None:
+            self._behind_since = now
         # Behind for a while, not a backlog of one stall (a pause of the process) drained at once.
-        if now - self.behind_since < limit / 2 or now - self.judged_at < limit:
+        if now - self._behind_since < limit / 2 or now - self._judged_at < limit:
             return
-        self.judged_at = now
+        self._judged_at = now
         if not self._shed_slow(behind, limit) and not self._shed_cause(behind):
             logger.warning(
                 "The stream hub is %.1f s behind, and no connection here is slow nor any account the cause: "
@@ -110,9 +134,8 @@ class FairnessMixin:
 
     def _shed_slow(self, behind: float, limit: float) -> bool:
         max_frames = getattr(settings, "STREAM_MAX_PENDING_FRAMES", MAX_PENDING_FRAMES)
-        everyone = {listener for listeners in self.own_listeners.values() for listener in listeners}
         slow = []
-        for listener in everyone:
+        for listener in set(self.everyone()):
             if listener.gone:
                 continue
             waited, waiting = listener.lag()
@@ -132,19 +155,19 @@ class FairnessMixin:
         return True
 
     def _shed_cause(self, behind: float) -> bool:
-        totals = dict(self.cost_before)
-        for account, writes in self.cost.items():
+        totals = dict(self._cost_before)
+        for account, writes in self._cost.items():
             totals[account] = totals.get(account, 0) + writes
-        everything = self.writes + self.writes_before
+        everything = self._writes + self._writes_before
         for account in sorted(totals, key=totals.__getitem__, reverse=True):
             if 2 * totals[account] < everything:
                 return False  # nobody made half the work
-            listeners = [listener for listener in self._audience(account) if not listener.gone]
+            listeners = [listener for listener in self.audience(account) if not listener.gone]
             if not listeners:
                 continue
             self.sheds += 1
-            self.cost.pop(account, None)
-            self.cost_before.pop(account, None)
+            self._cost.pop(account, None)
+            self._cost_before.pop(account, None)
             logger.warning(
                 "The stream hub is %.1f s behind: closing the %s connections of account %s, whose own postings "
                 "made %s of the last %s writes (4006, the hub is behind)",

@@ -1,22 +1,19 @@
-"""The listener registry: connections register their listenKeys (and accounts), start at the
+"""The listener registry (`Listeners`): connections register their listenKeys (and accounts), start at the
 sequences they read, drop keys; each posting goes to the connections that listen to its account (own
 view or a whitelisted master's), once, in order, from the feed's history or a database replay."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from channels.db import database_sync_to_async
-
 from streams import relay
-from streams.hub.accounts import AccountInfo, Read
+from streams.hub.accounts import Accounts, Read
+from streams.hub.channel import Channel
 from streams.hub.fairness import caused_by_holder
 from streams.hub.frames import Posting, postings_of
-from streams.hub.ordering import Feed
+from streams.hub.ordering import Feed, Ordering
 from streams.services import key_group
 
 logger = logging.getLogger(__package__)  # streams.hub, as before the split
@@ -44,44 +41,47 @@ class Listener:
     lag: Callable[[], tuple[float, int]] = lambda: (0.0, 0)
 
 
-class ListenersMixin:
-    """The Hub's connections side; `key_listeners`, `own_listeners` are set up in Hub.__init__
-    (streams/hub/__init__.py)."""
+class Listeners:
+    """The connections by listenKey and by account, and the delivery to them. It asks `channel` for
+    the groups its registrations need, `ordering` for the feeds they start, `accounts` what is known
+    of an account and who else listens, and `charge(account, writes, caused)` each dispatch's cost."""
 
-    key_listeners: dict[str, set[Listener]]
-    own_listeners: dict[int, set[Listener]]
-    feeds: dict[int, Feed]
-    info: dict[int, AccountInfo]
-    replays: int
+    def __init__(
+        self,
+        channel: Channel,
+        ordering: Ordering,
+        accounts: Accounts,
+        charge: Callable[[int, int, int], None],
+    ) -> None:
+        self.channel = channel
+        self.ordering = ordering
+        self.accounts = accounts
+        self.charge = charge
+        self._by_key: dict[str, set[Listener]] = {}
+        self._by_account: dict[int, set[Listener]] = {}  # account -> listeners started on it
+        self.replays = 0  # connections started from the database (their start beyond the history)
 
     # --- registration (called by the connections) ----------------------------------------------
 
     def add_keys(self, listener: Listener, owners: dict[str, int]) -> tuple[list[str], list[int]]:
         """Register listenKeys (and their accounts) for a connection. Returns the groups to await
-        (`joined`) before reading the new accounts' sequences, and those accounts."""
+        (`Hub.joined`) before reading the new accounts' sequences, and those accounts."""
         groups, accounts = [], []
         for key, account in owners.items():
             if key in listener.keys:
                 continue
             listener.keys[key] = account
-            self.key_listeners.setdefault(key, set()).add(listener)
-            groups.append(self._ref(key_group(key), +1))
+            self._by_key.setdefault(key, set()).add(listener)
+            groups.append(self.channel.ref(key_group(key), +1))
             count = listener.own.get(account, 0)
             listener.own[account] = count + 1
             if count == 0:
                 accounts.append(account)
-                self.interest[account] = self.interest.get(account, 0) + 1
-                groups.append(self._ref(relay.account_group(account), +1))
-                self._feed(account)  # holds the account's rows until a connection starts on it
-        self._ensure_receiving()
+                self.accounts.interested(account)
+                groups.append(self.channel.ref(relay.account_group(account), +1))
+                self.ordering.feed(account)  # holds the account's rows until a connection starts on it
+        self.channel.receive()
         return groups, accounts
-
-    async def joined(self, groups: list[str]) -> None:
-        """Until the hub's channel is in these groups (raises what joining raised)."""
-        for group in groups:
-            while group in self.refs and group not in self.members:
-                task = self.reconciling.get(group) or self._reconcile_soon(group)
-                await asyncio.shield(task)
 
     def start(self, listener: Listener, read: Read) -> None:
         """A connection's accounts start at the sequences it read (after registering)."""
@@ -91,10 +91,10 @@ class ListenersMixin:
         for account in read.seqs:
             if account in listener.own and account not in listener.active:
                 listener.active.add(account)
-                self.own_listeners.setdefault(account, set()).add(listener)
+                self._by_account.setdefault(account, set()).add(listener)
                 started.append(account)
         for account, info in read.infos.items():
-            self._learn(account, info)
+            self.accounts.learn(account, info)
         for account in started:
             self._attach(listener, account, read.seqs[account])
         for sub, master in read.subs.items():
@@ -105,29 +105,29 @@ class ListenersMixin:
         account = listener.keys.pop(key, None)
         if account is None:
             return
-        listeners = self.key_listeners.get(key)
+        listeners = self._by_key.get(key)
         if listeners is not None:
             listeners.discard(listener)
             if not listeners:
-                del self.key_listeners[key]
-        self._ref(key_group(key), -1)
+                del self._by_key[key]
+        self.channel.ref(key_group(key), -1)
         count = listener.own[account] - 1
         if count:
             listener.own[account] = count
             return
         del listener.own[account]
-        self._ref(relay.account_group(account), -1)
-        self._uninterest(account)
+        self.channel.ref(relay.account_group(account), -1)
+        self.accounts.uninterested(account)
         if account in listener.active:
             listener.active.discard(account)
-            self.own_listeners[account].discard(listener)
-            if not self.own_listeners[account]:
-                del self.own_listeners[account]
+            self._by_account[account].discard(listener)
+            if not self._by_account[account]:
+                del self._by_account[account]
         for watched in list(listener.sent):
             if not self._listens(listener, watched):
                 listener.sent.pop(watched, None)
                 listener.held.pop(watched, None)
-        self._forget_unwanted([account, *self.subs_of.get(account, ())])
+        self.accounts.forget_unwanted([account, *self.accounts.subs(account)])
 
     def drop_all(self, listener: Listener) -> None:
         """The connection goes (or is cut off): nothing more is given to it."""
@@ -135,37 +135,45 @@ class ListenersMixin:
         for key in list(listener.keys):
             self.drop_key(listener, key)
 
-    async def settle(self) -> None:
-        """After a connection let go: wait for the hub's group changes, and stop receiving when
-        no connection is left."""
-        for task in list(self.reconciling.values()):
-            with contextlib.suppress(Exception):
-                await asyncio.shield(task)
-        if self.refs or self.reconciling:
-            return
-        for feed in self.feeds.values():
-            feed.stop()
-        self.feeds.clear()
-        for task in [*self.tasks, self.refresher]:
-            if task is not None:
-                task.cancel()
-        receiver, self.receiver = self.receiver, None
-        if receiver is not None:
-            # Not awaited: channels_redis may take until its blocking read times out to let go of
-            # a cancelled receive (as with the consumers' own receives, which nobody awaits either).
-            receiver.cancel()
+    # --- who listens -----------------------------------------------------------------------------
 
-    def _on_key_closed(self, message: dict) -> None:
+    def audience(self, account: int) -> list[Listener]:
+        """The connections that get the account's events: its own, and its whitelisted master's."""
+        listeners = list(self._by_account.get(account, ()))
+        master = self.accounts.watched_by(account)
+        if master is not None:
+            listeners += [listener for listener in self._by_account.get(master, ()) if account not in listener.active]
+        return listeners
+
+    def everyone(self) -> set[Listener]:
+        """Every connection started on an account here."""
+        return {listener for listeners in self._by_account.values() for listener in listeners}
+
+    def master_changed(self, account: int, masters: set[int]) -> None:
+        """What is known of the account changed: its former or current masters' connections that no
+        longer see it forget it (and start from then on should they see it again)."""
+        for master in masters:
+            for listener in self._by_account.get(master, ()):
+                if account in listener.sent and not self._listens(listener, account):
+                    listener.sent.pop(account, None)
+                    listener.held.pop(account, None)
+
+    def _listens(self, listener: Listener, account: int) -> bool:
+        if account in listener.active:
+            return True
+        master = self.accounts.watched_by(account)
+        return master is not None and master in listener.active
+
+    # --- delivery --------------------------------------------------------------------------------
+
+    def key_closed(self, message: dict) -> None:
         key = message.get("key")
-        for listener in list(self.key_listeners.get(key, ())):
+        for listener in list(self._by_key.get(key, ())):
             listener.key_closed(key, message)
 
-    def _dispatch(self, feed: Feed, rows: list[dict]) -> None:
-        postings = postings_of(rows)
-        for posting in postings:
-            feed.last = posting.last
-            feed.remember(posting)
-        audience = self._audience(feed.account)
+    def dispatch(self, feed: Feed, postings: list[Posting]) -> None:
+        """The feed's next postings, in order: to every connection that gets them."""
+        audience = self.audience(feed.account)
         for listener in audience:
             for posting in postings:
                 if listener.gone:
@@ -173,22 +181,7 @@ class ListenersMixin:
                 self._deliver(listener, feed, posting)
         if audience:
             caused = sum(1 for posting in postings if caused_by_holder(posting.rows))
-            self._charge(feed.account, len(audience) * len(postings), len(audience) * caused)
-
-    def _audience(self, account: int) -> list[Listener]:
-        listeners = list(self.own_listeners.get(account, ()))
-        info = self.info.get(account)
-        if info is not None and info.whitelisted and info.master is not None:
-            listeners += [
-                listener for listener in self.own_listeners.get(info.master, ()) if account not in listener.active
-            ]
-        return listeners
-
-    def _listens(self, listener: Listener, account: int) -> bool:
-        if account in listener.active:
-            return True
-        info = self.info.get(account)
-        return info is not None and info.whitelisted and info.master in listener.active
+            self.charge(feed.account, len(audience) * len(postings), len(audience) * caused)
 
     def _deliver(self, listener: Listener, feed: Feed, posting: Posting) -> None:
         account = feed.account
@@ -211,21 +204,21 @@ class ListenersMixin:
     def _view(self, listener: Listener, feed: Feed) -> str | None:
         if feed.account in listener.own:
             return None
-        info = self.info.get(feed.account)
+        info = self.accounts.info(feed.account)
         return feed.email or (info.email if info is not None else "") or None
 
     def _attach(self, listener: Listener, account: int, start: int) -> None:
         """The connection starts on the account at `start`: it is given every posting after it."""
         if account in listener.sent or listener.gone:
             return  # already given this account's events (another view, another key): go on from there
-        feed = self._feed(account)
+        feed = self.ordering.feed(account)
         listener.sent[account] = start
         if feed.last is None:
             # The connection's read is where the account starts, even while the hub is still
-            # finding out who listens to a message that came first (`_resolve`): left to it, an
-            # older account would start at the lowest sequence that arrived, past rows still on
-            # their way from another publisher that this connection is owed.
-            self._begin(feed, start)
+            # finding out who listens to a message that came first (`Accounts.resolve`): left to
+            # it, an older account would start at the lowest sequence that arrived, past rows still
+            # on their way from another publisher that this connection is owed.
+            self.ordering.begin(feed, start)
             return
         if start >= feed.last:
             return
@@ -237,13 +230,13 @@ class ListenersMixin:
                 self._deliver(listener, feed, posting)
             return
         listener.held[account] = []
-        self._spawn(self._replay(listener, feed, start, feed.last))
+        self.channel.spawn(self._replay(listener, feed, start, feed.last))
 
     async def _replay(self, listener: Listener, feed: Feed, start: int, upto: int) -> None:
         """A connection started further back than the feed's history reaches."""
         account = feed.account
         try:
-            rows = await database_sync_to_async(relay.rows_between)(account, start + 1, upto)
+            rows = await self.ordering.rows(account, start + 1, upto)
         except Exception:
             logger.exception("Could not read account %s's rows %s-%s for a connection", account, start + 1, upto)
             listener.held.pop(account, None)

@@ -1,5 +1,5 @@
-"""Per-account sequence order: a `Feed` per account (last sequence dispatched, rows that arrived
-ahead, recent postings), the wait for a missing sequence and the gap fill from the database."""
+"""Per-account sequence order (`Ordering`): a `Feed` per account (last sequence dispatched, rows that
+arrived ahead, recent postings), the wait for a missing sequence and the gap fill from the database."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 
 from channels.db import database_sync_to_async
 from django.conf import settings
 
 from streams import relay
 from streams.hub.channel import RETRY_SECONDS, cancelling
-from streams.hub.frames import Posting
+from streams.hub.frames import Posting, postings_of
 
 logger = logging.getLogger(__package__)  # streams.hub, as before the split
 
@@ -29,17 +30,22 @@ def gap_wait_seconds() -> float:
     return getattr(settings, "STREAM_GAP_WAIT_SECONDS", GAP_WAIT_SECONDS)
 
 
+async def read_rows(account: int, first: int, upto: int) -> list[dict]:
+    """The account's rows first..upto from the change feed (a gap fill, a catch-up, a replay)."""
+    return await database_sync_to_async(relay.rows_between)(account, first, upto)
+
+
 class Feed:
     """One account's events in this process, in sequence order."""
 
-    def __init__(self, account: int) -> None:
+    def __init__(self, account: int, now: float) -> None:
         self.account = account
         self.last: int | None = None  # the last sequence dispatched; None until the feed starts
         self.anchor: int | None = None  # where it started
         self.ahead: dict[int, dict] = {}  # rows that arrived beyond last + 1, by sequence
         self.behind_to = 0  # the account's sequence as the watcher last saw it committed
         self.history: deque[Posting] = deque(maxlen=HISTORY_POSTINGS)
-        self.progress_at = time.monotonic()  # when the feed last moved on (or started waiting)
+        self.progress_at = now  # when the feed last moved on (or started waiting)
         self.first_arrival: float | None = None
         self.email: str | None = None  # from the relay's messages
         self.timer: asyncio.TimerHandle | None = None
@@ -65,14 +71,79 @@ class Feed:
             self.filling = None
 
 
-class OrderingMixin:
-    """The Hub's ordering side; `feeds` is set up in Hub.__init__ (streams/hub/__init__.py)."""
+class Ordering:
+    """The feeds. Rows in sequence order, as postings (remembered in the feed's history), go to
+    `dispatch(feed, postings)`; `spawn` runs a gap fill in the
+    background; `read(account, first, upto)` reads rows (default: the change feed); `clock` is
+    monotonic seconds (the gap wait is timed on the loop's own clock, `loop.call_later`)."""
 
-    loop: asyncio.AbstractEventLoop
-    feeds: dict[int, Feed]
-    messages: int
-    waits: int
-    fills: int
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        spawn: Callable[[Coroutine], asyncio.Task],
+        dispatch: Callable[[Feed, list[Posting]], None],
+        clock: Callable[[], float] = time.monotonic,
+        read: Callable[[int, int, int], Awaitable[list[dict]]] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.spawn = spawn
+        self.dispatch = dispatch
+        self.clock = clock
+        self.read = read
+        self.feeds: dict[int, Feed] = {}
+        self.waits = 0  # times rows arrived ahead of a missing sequence and the hub waited for it
+        self.fills = 0  # gap fills and catch-ups read from the database
+
+    # --- feeds -----------------------------------------------------------------------------------
+
+    def get(self, account: int) -> Feed | None:
+        return self.feeds.get(account)
+
+    def feed(self, account: int) -> Feed:
+        """The account's feed, made if need be (it holds the rows until it starts)."""
+        feed = self.feeds.get(account)
+        if feed is None:
+            feed = self.feeds[account] = Feed(account, self.clock())
+        return feed
+
+    def drop(self, account: int) -> None:
+        feed = self.feeds.pop(account, None)
+        if feed is not None:
+            feed.stop()
+
+    def stop(self) -> None:
+        for feed in self.feeds.values():
+            feed.stop()
+        self.feeds.clear()
+
+    async def rows(self, account: int, first: int, upto: int) -> list[dict]:
+        """The account's rows first..upto, read (a connection's replay reads them here too)."""
+        return await (self.read or read_rows)(account, first, upto)
+
+    def followed(self) -> list[int]:
+        """The accounts whose feeds have started (for the watcher's catch-up)."""
+        return [account for account, feed in self.feeds.items() if feed.last is not None]
+
+    def begin(self, feed: Feed, start: int) -> None:
+        """The feed starts after `start`: rows up to it are history."""
+        feed.last = feed.anchor = start
+        for seq in [seq for seq in feed.ahead if seq <= start]:
+            del feed.ahead[seq]
+        feed.progress_at = self.clock()
+        self._advance(feed)
+
+    def add(self, feed: Feed, rows: list[dict], email: str | None = None) -> None:
+        """Rows of the feed's account arrived (in any order, duplicates dropped)."""
+        if email:
+            feed.email = email
+        last = feed.last
+        for row in rows:
+            seq = row["seq"]
+            if last is None or seq > last:
+                feed.ahead.setdefault(seq, row)
+        if feed.first_arrival is None:
+            feed.first_arrival = self.clock()
+        self._advance(feed)
 
     def catch_up(self, seqs: dict[int, int]) -> None:
         """The watcher read the accounts' committed sequences: a feed behind them waits
@@ -82,52 +153,10 @@ class OrderingMixin:
             if feed is not None and feed.last is not None and seq > max(feed.last, feed.behind_to):
                 feed.behind_to = seq
                 if feed.timer is None and feed.filling is None:
-                    feed.progress_at = time.monotonic()  # rows in flight: give them the gap's wait
+                    feed.progress_at = self.clock()  # rows in flight: give them the gap's wait
                 self._advance(feed)
 
-    def followed(self) -> list[int]:
-        """The accounts whose feeds have started (for the watcher's catch-up)."""
-        return [account for account, feed in self.feeds.items() if feed.last is not None]
-
-    def _on_changes(self, message: dict) -> None:
-        self.messages += 1
-        self._check_behind(message)
-        account = message["account"]
-        feed = self.feeds.get(account)
-        if feed is None:
-            if not self._may_want(account):
-                return  # nobody here listens (a key closed while this was in flight)
-            feed = self._feed(account)
-            feed.resolving = True
-            self._spawn(self._resolve(feed))
-        if message.get("email"):
-            feed.email = message["email"]
-        last = feed.last
-        for row in message["rows"]:
-            seq = row["seq"]
-            if last is None or seq > last:
-                feed.ahead.setdefault(seq, row)
-        if feed.first_arrival is None:
-            feed.first_arrival = time.monotonic()
-        self._advance(feed)
-        info = self.info.get(account)
-        if info is not None and info.expires < time.monotonic() and self.interest.get(info.master):
-            self._refresh_info(account)
-
-    # --- feeds -----------------------------------------------------------------------------------
-
-    def _feed(self, account: int) -> Feed:
-        feed = self.feeds.get(account)
-        if feed is None:
-            feed = self.feeds[account] = Feed(account)
-        return feed
-
-    def _begin(self, feed: Feed, start: int) -> None:
-        feed.last = feed.anchor = start
-        for seq in [seq for seq in feed.ahead if seq <= start]:
-            del feed.ahead[seq]
-        feed.progress_at = time.monotonic()
-        self._advance(feed)
+    # --- order -----------------------------------------------------------------------------------
 
     def _advance(self, feed: Feed) -> None:
         """Dispatch what follows the last sequence; wait for (or read) what is missing."""
@@ -138,12 +167,16 @@ class OrderingMixin:
             run.append(feed.ahead.pop(seq))
             seq += 1
         if run:
-            feed.progress_at = time.monotonic()
-            self._dispatch(feed, run)
+            feed.progress_at = self.clock()
+            postings = postings_of(run)
+            for posting in postings:
+                feed.last = posting.last
+                feed.remember(posting)
+            self.dispatch(feed, postings)
         if feed.behind():
             if feed.timer is None and feed.filling is None:
                 self.waits += 1
-                wait = max(0.0, feed.progress_at + gap_wait_seconds() - time.monotonic())
+                wait = max(0.0, feed.progress_at + gap_wait_seconds() - self.clock())
                 feed.timer = self.loop.call_later(wait, self._gap_due, feed)
         elif feed.timer is not None:
             feed.timer.cancel()
@@ -154,17 +187,17 @@ class OrderingMixin:
         if self.feeds.get(feed.account) is not feed or feed.filling is not None or not feed.behind():
             return
         due = feed.progress_at + gap_wait_seconds()
-        if time.monotonic() < due:  # it moved on meanwhile: wait for the rest from then
-            feed.timer = self.loop.call_later(due - time.monotonic(), self._gap_due, feed)
+        if self.clock() < due:  # it moved on meanwhile: wait for the rest from then
+            feed.timer = self.loop.call_later(due - self.clock(), self._gap_due, feed)
             return
-        feed.filling = self._spawn(self._fill(feed))
+        feed.filling = self.spawn(self._fill(feed))
 
     async def _fill(self, feed: Feed) -> None:
         """A real gap (or the watcher's catch-up): read the missing rows, once for the account."""
         first = feed.last + 1
         upto = max(max(feed.ahead, default=0), feed.behind_to)
         try:
-            rows = await database_sync_to_async(relay.rows_between)(feed.account, first, upto)
+            rows = await self.rows(feed.account, first, upto)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -172,7 +205,7 @@ class OrderingMixin:
                 raise
             logger.exception("Could not read account %s's rows %s-%s; retrying", feed.account, first, upto)
             feed.filling = None
-            feed.progress_at = time.monotonic() + RETRY_SECONDS - gap_wait_seconds()
+            feed.progress_at = self.clock() + RETRY_SECONDS - gap_wait_seconds()
             self._advance(feed)
             return
         feed.filling = None
@@ -193,5 +226,5 @@ class OrderingMixin:
             feed.last = resume - 1
         if feed.behind_to <= upto:
             feed.behind_to = 0  # read up to it: what is there was found (the watcher looks again)
-        feed.progress_at = time.monotonic()
+        feed.progress_at = self.clock()
         self._advance(feed)

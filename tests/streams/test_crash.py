@@ -321,7 +321,7 @@ async def test_burst_beyond_channel_capacity_while_the_hub_is_stalled(master, as
         publisher = fast_path._process_publisher(layer)
         messages_before, batches_before = hub.messages, publisher.batches
         gate.clear()
-        stalled.append(hub.channel)
+        stalled.append(hub.channel.name)
 
         await deposit_from_threads(world, lambda n: master, count, threads, "burst")
         # The fast path has sent every row (and marked it published) while the hub waits.
@@ -345,5 +345,5 @@ async def test_burst_beyond_channel_capacity_while_the_hub_is_stalled(master, as
         assert positions == sorted(positions)
         assert positions[-1] == Decimal(count * (count + 1) // 2) / 10**8
         assert hub.messages - messages_before < sent  # some were dropped on the way ...
-        assert hub.fills >= 1  # ... and read from the change feed instead
+        assert hub.ordering.fills >= 1  # ... and read from the change feed instead
         await ws.disconnect()

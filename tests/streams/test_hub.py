@@ -163,7 +163,7 @@ async def test_two_publishers_every_connection_gets_every_sequence_once_in_order
         for ws in clients:
             assert await positions(ws, 1) == [expected[-1] + Decimal("0.00000001")]
         assert reads == []
-        assert hub_for(get_channel_layer()).waits > 0  # they did arrive out of order
+        assert hub_for(get_channel_layer()).ordering.waits > 0  # they did arrive out of order
         for ws in clients:
             await ws.disconnect()
 
@@ -254,15 +254,15 @@ async def test_a_row_still_in_flight_while_a_gap_is_read_is_waited_for_not_skipp
             message = {"type": "ledger.changes", "account": master.pk, "email": master.email, "rows": [rows[seq]]}
             await layer.group_send(group, message)
 
-        feed = hub_for(layer).feeds[master.pk]
+        feed = hub_for(layer).ordering.feeds[master.pk]
         await publish(s + 1)  # s is late: after the gap's wait the hub reads s .. s+1
         await until(reading.is_set, what="the gap read under way")
         await publish(s)
         await publish(s + 3)  # s+2 is on its way
         await until(lambda: feed.last == s + 1 and s + 3 in feed.ahead, what="s dispatched, s+3 ahead")
-        fills = hub_for(layer).fills
+        fills = hub_for(layer).ordering.fills
         release.set()
-        await until(lambda: hub_for(layer).fills > fills, what="the read back and handled")
+        await until(lambda: hub_for(layer).ordering.fills > fills, what="the read back and handled")
         assert (feed.last, sorted(feed.ahead)) == (s + 1, [s + 3])  # s+2 not skipped: still awaited
         await publish(s + 2)  # arrives within the gap's wait
         await publish(s + 4)  # the last: a duplicate or a skip would show before it
@@ -276,7 +276,7 @@ async def test_a_row_still_in_flight_while_a_gap_is_read_is_waited_for_not_skipp
 async def test_a_connection_starting_while_the_hub_looks_up_who_listens_starts_at_its_read(master, assets, monkeypatch):
     """A message for an account the hub has no feed for (one whose last connection here just
     closed: the hub's channel leaves the group a moment later) makes the hub look up who listens
-    (`_resolve`). A connection on that account that registers and starts meanwhile starts at its
+    (`Accounts.resolve`). A connection on that account that registers and starts meanwhile starts at its
     read: the row still on its way from another publisher is read after the gap's wait and given to
     it, not skipped (the hub started an account more than two minutes old at the lowest sequence
     that had arrived). Driven at the hub's own calls, to force the order."""
@@ -300,17 +300,17 @@ async def test_a_connection_starting_while_the_hub_looks_up_who_listens_starts_a
 
     listener = Listener(push=push, key_closed=lambda key, message: None, failed=lambda: None)
     with override_settings(STREAM_GAP_WAIT_SECONDS=0.3, STREAM_KEY_CHECK_SECONDS=60):
-        hub._on_changes(message(s + 2))  # s + 1 is on its way
-        assert hub.feeds[master.pk].resolving
+        hub.receive(message(s + 2))  # s + 1 is on its way
+        assert hub.ordering.feeds[master.pk].resolving
         groups, _ = hub.add_keys(listener, {key: master.pk})
         await hub.joined(groups)
-        fills = hub.fills
+        fills = hub.ordering.fills
         hub.start(listener, Read({master.pk: s}, {}, {}))
         # s + 1 is read once the gap's wait is over: it reaches the connection, not skipped.
-        await until(lambda: hub.fills > fills, what="the gap's read of s + 1")
+        await until(lambda: hub.ordering.fills > fills, what="the gap's read of s + 1")
         assert frees == [Decimal(1), Decimal(3)]
-        hub._on_changes(message(s + 1))  # late: already given, dropped
-        hub._on_changes(message(s + 3))
+        hub.receive(message(s + 1))  # late: already given, dropped
+        hub.receive(message(s + 3))
         assert frees == [Decimal(1), Decimal(3), Decimal(7)]  # dispatch is synchronous: nothing else came
         hub.drop_all(listener)
         await hub.settle()
@@ -346,8 +346,8 @@ async def test_fifty_connections_on_one_key_cost_one_copy_per_process(master, as
     with override_settings(STREAM_MAX_CONNECTIONS_PER_KEY=50):
         clients = [await open_ws(key) for _ in range(50)]
         hub = hub_for(layer)
-        assert members(account_group) == [hub.channel.encode()]
-        assert members(listen_key_group) == [hub.channel.encode()]
+        assert members(account_group) == [hub.channel.name.encode()]
+        assert members(listen_key_group) == [hub.channel.name.encode()]
         publisher = fast_path._process_publisher(layer)
         messages, batches = hub.messages, publisher.batches
         for n in range(1, 11):
@@ -366,7 +366,7 @@ async def test_fifty_connections_on_one_key_cost_one_copy_per_process(master, as
             await ws.disconnect()
     assert members(account_group) == []
     assert members(listen_key_group) == []
-    assert hub.receiver is None  # nobody left: the hub stopped receiving
+    assert hub.channel.receiver is None  # nobody left: the hub stopped receiving
     client.close()
 
 
@@ -374,20 +374,20 @@ async def test_the_hub_renews_its_group_memberships(master, assets):
     """Memberships expire after the layer's group_expiry (a day); a hub that stays in a group,
     one connection after the other, joins it again from the watcher's upkeep."""
     layer = get_channel_layer()
+    days = [0]
+    hub = hub_for(layer, clock=lambda: time.monotonic() + 86400 * days[0])  # the process's hub, a day on when told
     ws = await open_ws(await key_of(master))
-    hub = hub_for(layer)
+    assert hub_for(layer) is hub
     client = redis.Redis.from_url(settings.REDIS_URL)
     group = layer._group_key(relay.account_group(master.pk))
-    joined = client.zscore(group, hub.channel)
+    joined = client.zscore(group, hub.channel.name)
     # Scores are whole seconds: a join now would score higher once the clock is past that second.
     await until(lambda: time.time() >= int(joined) + 1, what="the next whole second")
-    refreshed = hub.refreshed_at
-    hub.maintain()
-    assert hub.refreshed_at == refreshed  # not due yet: not joined again
-    assert client.zscore(group, hub.channel) == joined
-    hub.refreshed_at -= 86400
-    hub.maintain()
-    await until(lambda: client.zscore(group, hub.channel) > joined, what="the membership renewed")
+    assert hub.channel.maintain() is None  # not due yet: not joined again
+    assert client.zscore(group, hub.channel.name) == joined
+    days[0] = 1
+    hub.maintain()  # the watcher's upkeep
+    await until(lambda: client.zscore(group, hub.channel.name) > joined, what="the membership renewed")
     await sync_to_async(deposit)(master, "1")
     assert await positions(ws, 1) == [Decimal(1)]
     await ws.disconnect()
@@ -447,7 +447,7 @@ async def _join_while_busy(
     from the read's sequence on, once. Returns the frees it should get, those it got, and it."""
     starts: list[int] = []
     read_accounts = consumers.read_accounts
-    feed = hub_for(get_channel_layer()).feeds[watched.pk]  # followed already, by another connection
+    feed = hub_for(get_channel_layer()).ordering.feeds[watched.pk]  # followed already, by another connection
 
     def slow_read(account_ids):
         read = read_accounts(account_ids)
@@ -493,7 +493,7 @@ async def test_a_connection_joining_a_busy_account_starts_exactly_at_its_read(
     assert got == wanted
     everything = [free for _, free in await sync_to_async(committed)(master.pk, "busy:")]
     assert await positions(first, len(everything)) == everything
-    assert hub_for(get_channel_layer()).replays == replays
+    assert hub_for(get_channel_layer()).listeners.replays == replays
     await first.disconnect()
     await second.disconnect()
 

@@ -4,7 +4,8 @@ own postings made most of the hub's work; never a recipient for the money others
 is measured on one clock (Redis's), so a publisher on a host whose clock is off does not make a hub
 look behind.
 
-The first tests drive the hub's judgement directly with listeners of known lag and cost; the others
+The first tests drive the hub's fairness meter (`Fairness`) alone, on a clock of the test's, with
+listeners of known lag and cost; the others
 go through the interfaces: transfers through the signed REST API, websockets through the ASGI
 application, a real Redis channel layer, the relay's publisher thread, and a process made too busy
 for its hub to keep up (its event loop held 30 ms at a time by other work, as by other connections'
@@ -28,7 +29,7 @@ from django.test import override_settings
 from accounts import ledger
 from accounts.models import SystemRole
 from streams import clock, services
-from streams.hub import Hub, Listener, hub_for
+from streams.hub import Fairness, Listener, hub_for
 from tests.support.factories import UserFactory, customer
 from tests.support.streams import communicator
 from tests.support.waiting import until
@@ -37,6 +38,16 @@ TOO_SLOW = {"type": "websocket.close", "code": 4006}
 
 
 # --- the judgement, with listeners of known lag ------------------------------------------------------
+
+
+class FakeClock:
+    """Monotonic seconds that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def listener(cut: list, lag: float = 0.0) -> Listener:
@@ -50,65 +61,86 @@ def listener(cut: list, lag: float = 0.0) -> Listener:
     return entry
 
 
-def hub_with(audiences: dict[int, list[float]]) -> tuple[Hub, dict[int, list[Listener]], list[Listener]]:
-    """A hub whose account n has listeners of the given lags."""
-    hub = Hub(layer=None, loop=None)
+Meter = tuple[Fairness, FakeClock, dict[int, list[Listener]], list[Listener]]
+
+
+def meter_with(audiences: dict[int, list[float]]) -> Meter:
+    """A fairness meter (on a clock of the test's) whose account n has listeners of the given lags."""
     cut: list[Listener] = []
     listeners = {account: [listener(cut, lag) for lag in lags] for account, lags in audiences.items()}
-    for account, entries in listeners.items():
-        hub.own_listeners[account] = set(entries)
-    return hub, listeners, cut
+    clock_ = FakeClock()
+    meter = Fairness(
+        audience=lambda account: listeners.get(account, []),
+        everyone=lambda: {entry for entries in listeners.values() for entry in entries},
+        clock=clock_,
+    )
+    return meter, clock_, listeners, cut
 
 
-def message(behind: float, account: int = 2) -> dict:
-    return {"type": "ledger.changes", "account": account, "rows": [], "sent": clock.hub.now() - behind}
+def sent(behind: float) -> float:
+    return clock.hub.now() - behind
 
 
-def behind_long_enough(hub: Hub) -> None:
-    hub._check_behind(message(1.5))
-    hub.behind_since -= 0.6  # late for half the bound: behind (not one pause's backlog)
-    hub._check_behind(message(1.5))
+def behind_long_enough(meter: Fairness, clock_: FakeClock) -> None:
+    meter.received(sent(1.5))
+    clock_.now += 0.6  # late for half the bound: behind (not one pause's backlog)
+    meter.received(sent(1.5))
 
 
 @override_settings(STREAM_MAX_LAG_SECONDS=1.0)
 def test_on_time_or_late_once_nobody_is_closed():
-    hub, _, cut = hub_with({1: [0.0] * 50, 2: [0.9]})
-    hub._charge(1, 5000, 5000)
-    hub._check_behind(message(0.5))
-    hub._check_behind({"type": "ledger.changes", "account": 2, "rows": []})  # an older relay: no "sent"
-    hub._check_behind(message(1.5))  # one late message: perhaps one pause's backlog
-    assert (cut, hub.sheds) == ([], 0)
+    meter, _clock, _, cut = meter_with({1: [0.0] * 50, 2: [0.9]})
+    meter.charge(1, 5000, 5000)
+    meter.received(sent(0.5))
+    meter.received(None)  # an older relay: no "sent"
+    meter.received(sent(1.5))  # one late message: perhaps one pause's backlog
+    assert (cut, meter.sheds) == ([], 0)
 
 
 @override_settings(STREAM_MAX_LAG_SECONDS=1.0)
 def test_behind_the_connections_slow_to_take_their_frames_are_closed_first():
-    hub, listeners, cut = hub_with({1: [0.0] * 50, 2: [0.7, 0.1], 3: [0.0]})
-    hub._charge(1, 5000, 5000)  # account 1 made all the work itself, but a connection is slow
-    behind_long_enough(hub)
+    meter, clock_, listeners, cut = meter_with({1: [0.0] * 50, 2: [0.7, 0.1], 3: [0.0]})
+    meter.charge(1, 5000, 5000)  # account 1 made all the work itself, but a connection is slow
+    behind_long_enough(meter, clock_)
     assert cut == [listeners[2][0]]
-    assert hub.sheds == 1
+    assert meter.sheds == 1
 
 
 @override_settings(STREAM_MAX_LAG_SECONDS=1.0)
 def test_behind_an_account_that_made_most_of_the_work_itself_is_closed_once_per_bound():
-    hub, listeners, cut = hub_with({1: [0.0] * 50, 2: [0.0], 3: [0.0] * 5})
-    hub._charge(1, 5000, 5000)
-    hub._charge(3, 1000, 1000)
-    behind_long_enough(hub)
+    meter, clock_, listeners, cut = meter_with({1: [0.0] * 50, 2: [0.0], 3: [0.0] * 5})
+    meter.charge(1, 5000, 5000)
+    meter.charge(3, 1000, 1000)
+    behind_long_enough(meter, clock_)
     assert set(cut) == set(listeners[1])
-    hub._check_behind(message(1.5))  # still behind (the backlog drains): not judged again so soon
-    assert hub.sheds == 1
+    clock_.now += 0.5
+    meter.received(sent(1.5))  # still behind (the backlog drains): not judged again so soon
+    assert meter.sheds == 1
 
 
 @override_settings(STREAM_MAX_LAG_SECONDS=1.0)
 def test_behind_a_recipient_of_others_money_is_never_closed():
     # Account 1's 50 connections cost the most, but its postings only credited it (money received):
     # it is not charged; nobody else made half the work either, so nobody is closed.
-    hub, _, cut = hub_with({1: [0.0] * 50, 2: [0.0], 3: [0.0] * 5})
-    hub._charge(1, 5000, 0)
-    hub._charge(3, 1000, 1000)
-    behind_long_enough(hub)
-    assert (cut, hub.sheds) == ([], 0)
+    meter, clock_, _, cut = meter_with({1: [0.0] * 50, 2: [0.0], 3: [0.0] * 5})
+    meter.charge(1, 5000, 0)
+    meter.charge(3, 1000, 1000)
+    behind_long_enough(meter, clock_)
+    assert (cut, meter.sheds) == ([], 0)
+
+
+@override_settings(STREAM_MAX_LAG_SECONDS=1.0)
+def test_the_cost_windows_move_on_with_the_clock():
+    # Work older than two cost windows is no longer anybody's: account 1's burst two seconds ago
+    # does not get it closed now, while account 3's work of the last window does.
+    meter, clock_, listeners, cut = meter_with({1: [0.0] * 5, 3: [0.0] * 5})
+    meter.charge(1, 5000, 5000)
+    clock_.now += 1.0
+    meter.charge(3, 10, 10)
+    clock_.now += 1.0
+    meter.charge(3, 10, 10)
+    behind_long_enough(meter, clock_)
+    assert set(cut) == set(listeners[3])
 
 
 def test_what_the_account_caused_itself():
@@ -225,7 +257,7 @@ async def test_a_recipient_flooded_with_transfers_keeps_its_connections(settings
     sent = statuses.count(200)
     assert set(statuses) == {200}, statuses
     assert sent >= 20, "too few transfers to flood anything"
-    await until(lambda: hub.late > 0 and hub_log.saying(" s behind"), what="the hub behind and judging")
+    await until(lambda: hub.fairness.late > 0 and hub_log.saying(" s behind"), what="the hub behind and judging")
 
     for ws in sockets:
         frees = []
@@ -238,7 +270,7 @@ async def test_a_recipient_flooded_with_transfers_keeps_its_connections(settings
         assert frees == [Decimal(n) for n in range(1, sent + 1)]
         assert not await closed_4006(ws), "the recipient's connection was closed for money sent to it"
         await ws.disconnect()
-    assert hub.sheds == 0
+    assert hub.fairness.sheds == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -266,7 +298,7 @@ async def test_an_account_whose_own_postings_hold_the_process_behind_is_closed(s
         return statuses
 
     async def watch() -> None:
-        await until(lambda: hub.sheds > 0, what="the busy account cut off")
+        await until(lambda: hub.fairness.sheds > 0, what="the busy account cut off")
         stop.set()
 
     watching = asyncio.create_task(watch())
@@ -317,5 +349,5 @@ async def test_a_publisher_whose_clock_is_three_seconds_slow_does_not_make_the_h
         assert event != TOO_SLOW
         received += event["e"] == "outboundAccountPosition"
     assert hub.messages >= 1
-    assert hub.late == 0, f"{hub.late} of {hub.messages} messages looked more than 1 s late"
+    assert hub.fairness.late == 0, f"{hub.fairness.late} of {hub.messages} messages looked more than 1 s late"
     await ws.disconnect()

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from django.test import override_settings
 
 from streams import services, watcher
-from streams.hub import Hub
+from streams.hub import ordering
 from streams.relay import fast_path
 from streams.store import store
 from tests.support.factories import deposit
@@ -105,15 +105,15 @@ async def test_a_stuck_catch_up_does_not_hold_up_the_others(make_user, assets, m
     stuck_user, other_user = await sync_to_async(make_user)(), await sync_to_async(make_user)()
     gate = asyncio.Event()
     fills = []
-    fill = Hub._fill
+    read_rows = ordering.read_rows
 
-    async def hanging_fill(self, feed):
-        fills.append(feed.account)
-        if feed.account == stuck_user.pk:
+    async def hanging_read(account, first, upto):  # the hub's read of a gap or a catch-up
+        fills.append(account)
+        if account == stuck_user.pk:
             await gate.wait()
-        await fill(self, feed)
+        return await read_rows(account, first, upto)
 
-    monkeypatch.setattr(Hub, "_fill", hanging_fill)
+    monkeypatch.setattr(ordering, "read_rows", hanging_read)
     checks = CallCounter(watcher._look_up)
     monkeypatch.setattr(watcher, "_look_up", checks)
     with override_settings(STREAM_KEY_CHECK_SECONDS=0.2):
