@@ -2,9 +2,13 @@
 test_reference_cache.py, tests/wallet/test_transfer_reference_cache.py): a worker module run as
 `python -m <module> <args>` from the project root, on the test's own database and Redis, with
 REFERENCE_CACHE_SECONDS at 60 so that only the invalidation can deliver a change within the bound.
-It reads commands on stdin and answers each with one line; `watch <seconds>` makes it work in a loop
-until it sees a change (answered `<what it saw> <time.time() of the work that saw it> <detail>`) or
-the seconds pass (`unchanged <count>`)."""
+The worker answers its commands with `serve` (below), one line each on stdout:
+
+- `warm`: `warm <what its warm-up says>`;
+- `watch <seconds>`: it works in a loop until it sees a change, answered `<what it saw>
+  <time.time() of the start of the work that saw it> <detail>`, or the seconds pass: `unchanged
+  <pieces of work done>`.
+"""
 
 from __future__ import annotations
 
@@ -66,6 +70,34 @@ class OtherProcess:
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(timeout=10)
+
+
+def serve(*, warm: Callable[[], object], look: Callable[[], tuple[str, str] | None]) -> int:
+    """The worker's side: answer the commands on stdin until it closes. `warm()` warms the worker's
+    caches; `look()` does one piece of work and says what changed, (what, detail), or None."""
+    for line in sys.stdin:
+        command, *args = line.split()
+        if command == "warm":
+            answer = f"warm {warm()}"
+        elif command == "watch":
+            answer = _watch(float(args[0]), look)
+        else:
+            answer = f"unknown {command}"
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _watch(seconds: float, look: Callable[[], tuple[str, str] | None]) -> str:
+    deadline, made = time.monotonic() + seconds, 0
+    while time.monotonic() < deadline:
+        started = time.time()
+        seen = look()
+        if seen is not None:
+            return f"{seen[0]} {started!r} {seen[1]}"
+        made += 1
+        time.sleep(0.005)
+    return f"unchanged {made}"
 
 
 def seconds_after(answer: list[str], committed: float, what: str, capsys) -> float:

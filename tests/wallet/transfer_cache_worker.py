@@ -8,8 +8,8 @@ process reached it.
 Commands on stdin, one answer line each on stdout:
 
 - `warm`: two transfers of 1 PHP; answers `warm <fee of the second>`;
-- `watch <seconds>`: transfers of 1 PHP in a loop until one's fee differs from the first one's, one
-  is refused, or `seconds` pass; answers `fee <time.time() of that transfer's start> <its fee>`,
+- `watch <seconds>`: transfers of 1 PHP in a loop until one's fee differs from the warm-up's, one is
+  refused, or `seconds` pass; answers `fee <time.time() of that transfer's start> <its fee>`,
   `refused <time.time() of its start> <code> <message>` or `unchanged <transfers made>`.
 """
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from decimal import Decimal
 
 
@@ -29,41 +28,30 @@ def main(sender_id: int, recipient: str) -> int:
 
     from accounts.models import User
     from exchange.api.errors import ExchangeError
+    from tests.support.other_process import serve
     from wallet.transfers import services
 
     sender = User.objects.get(pk=sender_id)
+    warmed: list[Decimal] = []
 
     def fee_of_a_transfer() -> Decimal:
         return services.transfer_create(
             sender=sender, asset_code="PHP", target_address=recipient, amount=Decimal(1)
         ).fee
 
-    for line in sys.stdin:
-        command, *args = line.split()
-        if command == "warm":
-            fee_of_a_transfer()
-            answer = f"warm {fee_of_a_transfer()}"
-        elif command == "watch":
-            deadline, made, answer, first = time.monotonic() + float(args[0]), 0, "", None
-            while time.monotonic() < deadline:
-                started = time.time()
-                try:
-                    fee = fee_of_a_transfer()
-                except ExchangeError as error:
-                    answer = f"refused {started!r} {error.code} {error.msg}"
-                    break
-                first = fee if first is None else first
-                if fee != first:
-                    answer = f"fee {started!r} {fee}"
-                    break
-                made += 1
-                time.sleep(0.005)
-            answer = answer or f"unchanged {made}"
-        else:
-            answer = f"unknown {command}"
-        sys.stdout.write(answer + "\n")
-        sys.stdout.flush()
-    return 0
+    def warm() -> Decimal:
+        fee_of_a_transfer()
+        warmed.append(fee_of_a_transfer())
+        return warmed[-1]
+
+    def look() -> tuple[str, str] | None:
+        try:
+            fee = fee_of_a_transfer()
+        except ExchangeError as error:
+            return "refused", f"{error.code} {error.msg}"
+        return ("fee", str(fee)) if fee != warmed[-1] else None
+
+    return serve(warm=warm, look=look)
 
 
 if __name__ == "__main__":
