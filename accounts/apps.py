@@ -38,7 +38,7 @@ class AccountsConfig(AppConfig):
         from accounts.ledger.posting import after_commit_listeners
         from accounts.models import ApiKey, Asset, LimitTier, TierLimit, User
         from exchange.api import auth, errors
-        from exchange.runtime.ttlcache import clear_all
+        from exchange.runtime.ttlcache import invalidate_references
 
         controls.register()  # which staff changes wait for a second Administrator (exchange/backoffice/changes.py)
         # The ledger's refusals are its own; the gateway answers them with its code table's rows.
@@ -62,8 +62,10 @@ class AccountsConfig(AppConfig):
         # history on the primary for a while. Does nothing without a replica configured.
         if _mark_written not in after_commit_listeners:
             after_commit_listeners.append(_mark_written)
-        # Reference data cached per process (exchange/runtime/ttlcache.py): a save here clears it at once.
+        # Reference data cached per process (assets by code, limit tiers, and convert's pairs with
+        # their assets): any saved change reaches every process within REFERENCE_REVOCATION_SECONDS
+        # (exchange/runtime/ttlcache.py; the models' managers cover queryset writes).
         for model in (Asset, LimitTier, TierLimit):
-            label = f"accounts.{model.__name__}"
-            post_save.connect(clear_all, sender=model, dispatch_uid=f"ttlcache-save-{label}")
-            post_delete.connect(clear_all, sender=model, dispatch_uid=f"ttlcache-delete-{label}")
+            label = model._meta.label
+            post_save.connect(invalidate_references, sender=model, dispatch_uid=f"reference-save-{label}")
+            post_delete.connect(invalidate_references, sender=model, dispatch_uid=f"reference-delete-{label}")

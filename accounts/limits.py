@@ -22,7 +22,7 @@ from django.utils import timezone
 from accounts.ledger import counters
 from accounts.ledger.posting import decimal_from_db, fetch_prepared
 from accounts.models import LimitPeriod, LimitTier, User
-from exchange.runtime.ttlcache import TtlCache
+from exchange.runtime.ttlcache import ReferenceCache
 
 ZERO = Decimal(0)
 SPAN_NAMES = {"D": "day", "M": "month", "Y": "year"}
@@ -53,7 +53,10 @@ class LimitBlock:
     total_withdraw_remaining: Decimal
 
 
-tiers = TtlCache(10.0)
+# Read by every transfer and withdrawal: cached per process; a change of a tier or its limits reaches
+# every process within REFERENCE_REVOCATION_SECONDS (exchange/runtime/ttlcache.py; LimitTier's and
+# TierLimit's signals in accounts/apps.py, their managers for queryset writes).
+tiers = ReferenceCache("limit tiers")
 
 
 def _load_tier(tier_id: int | None) -> tuple[LimitTier | None, dict]:

@@ -7,6 +7,7 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from accounts.phones import phone_normalised
+from exchange.runtime.ttlcache import ReferenceQuerySet
 
 
 class UserManager(BaseUserManager):
@@ -197,6 +198,8 @@ class LimitTier(models.Model):
     currency = models.CharField(max_length=16, default="PHP")
     is_default = models.BooleanField(default=False, help_text="Used for accounts without a tier.")
 
+    objects = ReferenceQuerySet.as_manager()  # cached per process with its limits (accounts/limits.py)
+
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True), name="one_default_tier")
@@ -212,6 +215,8 @@ class TierLimit(models.Model):
     cash_in_limit = models.DecimalField(max_digits=36, decimal_places=18)
     cash_out_limit = models.DecimalField(max_digits=36, decimal_places=18)
     total_withdraw_limit = models.DecimalField(max_digits=36, decimal_places=18)
+
+    objects = ReferenceQuerySet.as_manager()  # cached per process with its tier (accounts/limits.py)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tier", "period"], name="one_limit_per_tier_period")]

@@ -20,9 +20,15 @@ checks are the second line: they hold for calls that do not come through a custo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from accounts.errors import AssetNotPriced
 from accounts.ledger.errors import AccountMayNotSend
 from accounts.models import ApiKeyType
+from accounts.selectors import asset_by_code
+
+if TYPE_CHECKING:
+    from exchange.api.views import GatewayApi
 
 # The currency limits and withdrawal approvals are valued in when an account has no limit tier.
 DEFAULT_VALUATION_CURRENCY = "PHP"
@@ -47,6 +53,15 @@ def require_may_send(account) -> None:
 def fund_key_type(asset) -> str:
     """The functional key type that moves `asset` out of an account."""
     return ApiKeyType.FIAT if asset.is_fiat else ApiKeyType.CRYPTO_WALLET
+
+
+def require_fund_key(api: GatewayApi, asset_code: str) -> None:
+    """An endpoint that moves `asset_code` out of the caller's account refuses a key without the
+    asset's fund-moving type (-2019), before its service runs. An unknown asset passes here: the
+    service refuses it (-1025)."""
+    asset = asset_by_code(asset_code)
+    if asset is not None:
+        api.require_key_type(fund_key_type(asset))
 
 
 def require_priced(asset, *, valuation_currency: str | None) -> None:

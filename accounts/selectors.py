@@ -23,6 +23,16 @@ from accounts.limits import (
 from accounts.models import Asset, Balance, Entry, Posting, User
 from accounts.phones import normalise_phone, phone_normalised, phone_normalised_sql
 from exchange.runtime import replicas
+from exchange.runtime.ttlcache import ReferenceCache
+
+# Read by every transfer (wallet's and the family's) and its key-type check: cached per process; a
+# change of an asset reaches every process within REFERENCE_REVOCATION_SECONDS (exchange/runtime/ttlcache.py;
+# Asset's signals in accounts/apps.py, its manager for queryset writes).
+_assets = ReferenceCache("assets")
+
+
+def asset_by_code(code: str) -> Asset | None:
+    return _assets.get(code, lambda: Asset.objects.filter(code=code).first())
 
 
 def api_key_list(*, user: User) -> tuple[KeyRecord, ...]:

@@ -109,9 +109,7 @@ class UniversalTransferApi(SubAccountApi):
 
     def post(self, request):
         p = self.params
-        asset = services.asset_by_code(p["asset"])
-        if asset is not None:  # an unknown asset is refused by the service (-1025)
-            self.require_key_type(policy.fund_key_type(asset))
+        policy.require_fund_key(self, p["asset"])
         transfer = services.universal_transfer(
             master=self.account,
             from_email=p["fromEmail"],
@@ -140,9 +138,7 @@ class SubToMasterApi(SubAccountApi):
 
     def post(self, request):
         p = self.params
-        asset = services.asset_by_code(p["asset"])
-        if asset is not None:
-            self.require_key_type(policy.fund_key_type(asset))
+        policy.require_fund_key(self, p["asset"])
         transfer = services.sub_to_master(
             sub=self.account, asset_code=p["asset"], amount=p["amount"], client_tran_id=p["clientTranId"]
         )

@@ -6,7 +6,6 @@ moves every sub-account's free balances to the master, created here and run by a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 
@@ -19,6 +18,7 @@ from accounts import ledger, policy
 from accounts.ledger.errors import AccountMayNotSend, InsufficientBalance
 from accounts.ledger.models import Balance, BusinessType, LedgerAccount
 from accounts.models import User
+from exchange.runtime.handoff import WorkerHandOff
 from subaccounts import errors
 from subaccounts.models import CollectionStatus, FundCollection, FundCollectionOutcome, OutcomeStatus
 from subaccounts.services import require_master
@@ -49,7 +49,7 @@ def fund_collection_create(*, master: User, client_request_id: str, remark: str 
                 created_at=now,
                 updated_at=now,
             )
-            _enqueue_collection_after_commit(collection.pk)
+            _hand_off.after_commit(collection.pk)
     except IntegrityError as exc:
         if FundCollection.objects.filter(master_id=master.pk, client_request_id=client_request_id).exists():
             raise errors.DuplicateClientRequestId() from exc
@@ -58,21 +58,10 @@ def fund_collection_create(*, master: User, client_request_id: str, remark: str 
     return collection
 
 
-# Set by subaccounts/tasks.py when it loads (the app's ready() imports it): hands a committed task
-# to a worker without this module importing the task that imports it.
-_worker: Callable[[int], object] | None = None
-
-
-def set_worker(hand_over: Callable[[int], object]) -> None:
-    global _worker
-    _worker = hand_over
-
-
-def _enqueue_collection_after_commit(collection_id: int) -> None:
-    if (hand_over := _worker) is None:
-        raise RuntimeError("subaccounts.tasks is not loaded: no worker to hand fund collections to")
-    # robust: with the broker down the task stays INIT; fund_collections_retry_stuck hands it over later.
-    transaction.on_commit(lambda: hand_over(collection_id), robust=True)
+# Set by subaccounts/tasks.py when it loads (the app's ready() imports it). With the broker down a
+# collection stays INIT; fund_collections_retry_stuck hands it over later.
+_hand_off = WorkerHandOff(tasks_module="subaccounts.tasks", what="fund collections")
+set_worker = _hand_off.set_worker
 
 
 class _BalancesChanged(Exception):
@@ -227,6 +216,6 @@ def fund_collections_retry_stuck(*, older_than_seconds: float | None = None) -> 
         # Claimed by a compare-and-set on updated_at, so that a second sweep does not hand it over again.
         with transaction.atomic():
             if stuck.filter(pk=pk).update(updated_at=now):
-                _enqueue_collection_after_commit(pk)
+                _hand_off.after_commit(pk)
                 handed += 1
     return handed

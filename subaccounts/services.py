@@ -27,8 +27,8 @@ from accounts import services as account_services
 from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, BusinessType
 from accounts.models import ApiKey, User
+from accounts.selectors import asset_by_code
 from exchange.runtime.amounts import decimal_places
-from exchange.runtime.ttlcache import TtlCache
 from subaccounts import addresses, errors, selectors
 from subaccounts.models import SubAccountTransfer, TransferKind, TransferStatus
 from wallet.errors import InvalidAmount
@@ -37,12 +37,6 @@ logger = logging.getLogger(__name__)
 
 TRANSFER_KIND = BusinessType.VIRTUAL_DISTRIBUTE
 MAX_VIRTUAL_SUB_ACCOUNTS = 30  # per master (spec)
-
-_assets = TtlCache(10.0)
-
-
-def asset_by_code(code: str) -> Asset | None:
-    return _assets.get(code, lambda: Asset.objects.filter(code=code).first())
 
 
 def require_master(account: User) -> None:

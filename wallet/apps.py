@@ -7,7 +7,7 @@ class WalletConfig(AppConfig):
     name = "wallet"
 
     def ready(self) -> None:
-        from exchange.runtime.ttlcache import clear_all
+        from exchange.runtime.ttlcache import invalidate_references
         from wallet import approvals, controls
         from wallet.models import TransferFee
 
@@ -17,7 +17,10 @@ class WalletConfig(AppConfig):
         # Loading the tasks hands the withdrawal task to wallet/settlement.py (set_worker).
         from wallet import tasks  # noqa: F401
 
-        # Reference data cached per process (exchange/runtime/ttlcache.py): a save here clears it at once.
-        label = "wallet.TransferFee"
-        post_save.connect(clear_all, sender=TransferFee, dispatch_uid=f"ttlcache-save-{label}")
-        post_delete.connect(clear_all, sender=TransferFee, dispatch_uid=f"ttlcache-delete-{label}")
+        # The transfer fees cached per process (wallet/transfers/services.py): any saved change reaches
+        # every process within REFERENCE_REVOCATION_SECONDS (exchange/runtime/ttlcache.py; TransferFee's
+        # manager covers queryset writes).
+        post_save.connect(invalidate_references, sender=TransferFee, dispatch_uid="reference-save-wallet.TransferFee")
+        post_delete.connect(
+            invalidate_references, sender=TransferFee, dispatch_uid="reference-delete-wallet.TransferFee"
+        )

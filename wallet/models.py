@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.ledger.models import AmountField, Asset
+from exchange.runtime.ttlcache import ReferenceQuerySet
 
 
 class Network(models.Model):
@@ -288,6 +289,8 @@ class TransferFee(models.Model):
 
     asset = models.OneToOneField(Asset, on_delete=models.PROTECT, related_name="transfer_fee")
     fee = AmountField(default=Decimal(0))
+
+    objects = ReferenceQuerySet.as_manager()  # cached per process (wallet/transfers/services.py)
 
     def __str__(self) -> str:
         return f"{self.fee} {self.asset}"

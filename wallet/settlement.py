@@ -13,39 +13,27 @@ withdrawal out of AWAITING_APPROVAL, and when it waits there at all, is wallet/a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from accounts import ledger
 from accounts.ledger.models import BusinessType
 from accounts.models import SystemRole, User
+from exchange.runtime.handoff import WorkerHandOff
 from wallet.chain import BroadcastFailed, TxState, adapter
 from wallet.models import CONFIRMATIONS_FOLLOWED, Withdrawal, WithdrawalStage
 
 HELD_INFO = "held: the account may not send funds (frozen, deactivated or barred from withdrawing)"
 
-# Set by wallet/tasks.py when it loads (the app's ready() imports it). It hands a committed
-# withdrawal to a worker without this module importing the task module, which imports this one.
-_worker: Callable[[int], object] | None = None
-
-
-def set_worker(hand_over: Callable[[int], object]) -> None:
-    global _worker
-    _worker = hand_over
-
-
-def hand_to_worker(withdrawal_id: int) -> None:
-    """Hand the withdrawal to a worker once the current transaction commits."""
-    if (hand_over := _worker) is None:
-        raise RuntimeError("wallet.tasks is not loaded: no worker to hand withdrawals to")
-    # robust=True: with the broker down the withdrawal still stands (committed, its funds held), and
-    # withdrawals_retry_stuck hands it over later.
-    transaction.on_commit(lambda: hand_over(withdrawal_id), robust=True)
+# wallet/tasks.py registers the withdrawal task when it loads (the app's ready() imports it): a
+# committed withdrawal reaches a worker without this module importing the task module, which imports
+# this one (exchange/runtime/handoff.py).
+_hand_off = WorkerHandOff(tasks_module="wallet.tasks", what="withdrawals")
+set_worker = _hand_off.set_worker
+hand_to_worker = _hand_off.after_commit  # with the broker down, withdrawals_retry_stuck hands it over later
 
 
 def transition(withdrawal_id: int, *, from_stages, to_stage: str, **fields) -> bool:

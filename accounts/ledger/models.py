@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from exchange.runtime.amounts import AMOUNT_DIGITS, AMOUNT_PLACES, QUANTUM  # noqa: F401 - QUANTUM: re-exported
+from exchange.runtime.ttlcache import ReferenceQuerySet
 
 
 def AmountField(**kwargs) -> models.DecimalField:
@@ -46,6 +47,8 @@ class Asset(models.Model):
         default=Decimal(0),
         help_text="Price of one unit in the limits currency (the account tier's), for daily/monthly/annual limits.",
     )
+
+    objects = ReferenceQuerySet.as_manager()  # cached per process (accounts.selectors.asset_by_code, convert's pairs)
 
     class Meta:
         ordering = ["code"]

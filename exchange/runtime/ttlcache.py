@@ -1,7 +1,9 @@
-"""Small per-process caches of reference data. TtlCache (assets, fees, limit tiers, read on every
-money movement): entries live `seconds`; saves in this process clear the cache at once (signals in
-the apps' ready()), other processes see a change within `seconds`. ReferenceCache (below): the
-same, and a change reaches every process within REFERENCE_REVOCATION_SECONDS."""
+"""The one way a process caches reference data and still sees every change within a stated bound
+(ReferenceCache, below): read on every request of a hot path, changed rarely by staff. Every such
+cache uses it: convert's enabled pairs with their assets and markets, the business status, assets
+by code, transfer fees and limit tiers. The API keyring (accounts/keyring.py) keeps its own
+revocation log, for the reasons docs/architecture.md's table of caches gives (per-account eviction,
+keys change often). That table lists each cache, what invalidates it and its bound."""
 
 from __future__ import annotations
 
@@ -23,40 +25,11 @@ VERSION_OUTAGE = Outage(
     logger, "Cannot read the reference data version; reference data comes from the database", settle=0.0
 )
 
-_all: list[TtlCache] = []
-
-
-class TtlCache:
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._lock = threading.Lock()
-        self._data: dict[Hashable, tuple[float, Any]] = {}
-        _all.append(self)
-
-    def get(self, key: Hashable, load: Callable[[], Any]) -> Any:
-        now = time.monotonic()
-        hit = self._data.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-        value = load()
-        with self._lock:
-            self._data[key] = (now + self.seconds, value)
-        return value
-
-    def clear(self, *_args, **_kwargs) -> None:
-        with self._lock:
-            self._data.clear()
-
-
-def clear_all(*_args, **_kwargs) -> None:
-    for cache in _all:
-        cache.clear()
-
 
 # --- reference data invalidated everywhere -------------------------------------------------------
-# Whole tables read on every request of a hot path (convert's pairs with their assets and markets,
-# the business status): cached per process and invalidated the way the API keyring is
-# (accounts/keyring.py), so that a change is seen by every process within a stated bound:
+# Rows read on every request of a hot path (convert's pairs with their assets and markets, the
+# business status, assets by code, transfer fees, limit tiers): cached per process and invalidated
+# so that a change is seen by every process within a stated bound:
 #
 # - a change (a save or delete of a cached model, or a queryset update of one; signals and managers
 #   in the owning apps) clears every ReferenceCache of this process at once and, after commit, again,
@@ -138,7 +111,6 @@ class ReferenceCache:
         self._data: dict[Hashable, tuple[float, Any]] = {}
         self._generation = 0
         _reference_caches.append(self)
-        _all.append(self)  # clear_all (tests, saves of the cached reference models) clears it too
 
     def get(self, key: Hashable, load: Callable[[], Any]) -> Any:
         watcher = self._watcher
@@ -165,6 +137,12 @@ class ReferenceCache:
 def clear_references() -> None:
     for cache in _reference_caches:
         cache.clear()
+
+
+def clear_all(*_args, **_kwargs) -> None:
+    """Every cache of this process, now (tests: after a rolled-back test, or a write made behind
+    the caches' back)."""
+    clear_references()
 
 
 def invalidate_references(*_args, **_kwargs) -> None:

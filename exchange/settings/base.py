@@ -81,9 +81,9 @@ STREAM_MAX_LAG_SECONDS = env.float("STREAM_MAX_LAG_SECONDS", default=1.0)
 # message is lost (accounts/keyring.py); changes made through the ORM evict at once.
 API_KEY_CACHE_SECONDS = env.int("API_KEY_CACHE_SECONDS", default=10)
 API_KEY_REVOCATION_SECONDS = env.float("API_KEY_REVOCATION_SECONDS", default=1.0)
-# The same for reference data cached per process (convert's pairs and markets, the business status;
-# exchange/runtime/ttlcache.py ReferenceCache): a change reaches every process within the revocation bound,
-# and a cached value is reloaded at the latest this long after its load.
+# The same for reference data cached per process (convert's pairs and markets, the business status,
+# assets, transfer fees, limit tiers; exchange/runtime/ttlcache.py ReferenceCache): a change reaches every
+# process within the revocation bound, and a cached value is reloaded at the latest this long after its load.
 REFERENCE_CACHE_SECONDS = env.float("REFERENCE_CACHE_SECONDS", default=10.0)
 REFERENCE_REVOCATION_SECONDS = env.float("REFERENCE_REVOCATION_SECONDS", default=1.0)
 

@@ -1,6 +1,6 @@
-"""Run by test_reference_cache.py as another process of the service: it quotes through the convert
-services with its own per-process caches, and says when a change made by the test's process reached
-it.
+"""Run by test_reference_cache.py as another process of the service (tests/support/other_process.py):
+it quotes through the convert services with its own per-process caches, and says when a change made
+by the test's process reached it.
 
     python -m tests.convert.cache_worker <account id>     # from the project root
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from decimal import Decimal
 
 
@@ -32,36 +31,27 @@ def main(account_id: int) -> int:
 
     from accounts.models import User
     from convert import errors, services
+    from tests.support.other_process import serve
 
     user = User.objects.get(pk=account_id)
 
     def quote() -> None:
         services.quote_create(user=user, source_code="PHP", target_code="BTC", source_amount=Decimal("100"))
 
-    for line in sys.stdin:
-        command, *args = line.split()
-        if command == "warm":
+    def warm() -> int:
+        quote()
+        with CaptureQueriesContext(connection) as captured:
             quote()
-            with CaptureQueriesContext(connection) as captured:
-                quote()
-            answer = f"warm {len(captured.captured_queries)}"
-        elif command == "watch":
-            deadline, made, answer = time.monotonic() + float(args[0]), 0, ""
-            while time.monotonic() < deadline:
-                started = time.time()
-                try:
-                    quote()
-                except errors.ConvertError as error:
-                    answer = f"refused {started!r} {error.msg}"
-                    break
-                made += 1
-                time.sleep(0.005)
-            answer = answer or f"unchanged {made}"
-        else:
-            answer = f"unknown {command}"
-        sys.stdout.write(answer + "\n")
-        sys.stdout.flush()
-    return 0
+        return len(captured.captured_queries)
+
+    def look() -> tuple[str, str] | None:
+        try:
+            quote()
+        except errors.ConvertError as error:
+            return "refused", error.msg
+        return None
+
+    return serve(warm=warm, look=look)
 
 
 if __name__ == "__main__":

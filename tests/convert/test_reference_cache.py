@@ -7,12 +7,8 @@ really answers from its cache (a change that bypasses the invalidation is not se
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -26,64 +22,19 @@ from exchange.runtime import ttlcache
 from exchange.runtime.ttlcache import ReferenceCache, _VersionWatcher
 from tests.convert.helpers import SUSPENDED
 from tests.support.factories import customer
+from tests.support.other_process import NEEDS_POSTGRESQL, OtherProcess, seconds_after
 from tests.support.staff import staff_member
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class OtherProcess:
-    def __init__(self, account_id: int) -> None:
-        db = connection.settings_dict
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "exchange.settings.test",
-            "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-            "REDIS_URL": settings.REDIS_URL,
-            "REFERENCE_CACHE_SECONDS": "60",
-            "CONVERT_QUOTE_INTERVAL_MS": "0",
-        }
-        self.proc = subprocess.Popen(  # noqa: S603 - this interpreter and this file
-            [sys.executable, "-m", "tests.convert.cache_worker", str(account_id)],
-            cwd=ROOT,  # from the project root: the project's packages import
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def ask(self, command: str) -> list[str]:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        assert line, f"the other process exited ({self.proc.poll()})"
-        return line.rstrip("\n").split(maxsplit=2)
-
-    def watch(self, change, seconds: float = 5.0) -> tuple[list[str], float]:
-        """Let the other process quote in a loop, make `change` here meanwhile; its answer and the
-        moment the change committed (time.time())."""
-        self.proc.stdin.write(f"watch {seconds}\n")
-        self.proc.stdin.flush()
-        time.sleep(0.3)  # it quotes from its warm caches meanwhile
-        change()
-        committed = time.time()  # autocommit: the change and its after-commit step are done
-        line = self.proc.stdout.readline()
-        assert line, f"the other process exited ({self.proc.poll()})"
-        return line.rstrip("\n").split(maxsplit=2), committed
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=10)
-
 
 @pytest.fixture
 def other_process(convert_world):
     if connection.vendor != "postgresql":
-        pytest.skip("another process needs the shared database")
+        pytest.skip(NEEDS_POSTGRESQL)
     user = customer().user
-    other = OtherProcess(user.pk)
+    other = OtherProcess("tests.convert.cache_worker", str(user.pk), env={"CONVERT_QUOTE_INTERVAL_MS": "0"})
     # Warm: its second quote asks the ORM nothing (pairs, markets, assets and the business status
     # come from its caches; the price book and the insert are prepared statements).
     assert other.ask("warm") == ["warm", "0"]
@@ -98,10 +49,7 @@ def _btc_pair() -> Pair:
 def _within_the_bound(answer: list[str], committed: float, message: str, capsys, what: str) -> None:
     assert answer[0] == "refused", f"the other process still quoted on the old {what} after 5 s"
     assert answer[2] == message
-    seconds = float(answer[1]) - committed
-    with capsys.disabled():
-        sys.stdout.write(f"\n  {what}: another process refused {seconds * 1000:.0f} ms after the commit\n")
-    assert seconds < settings.REFERENCE_REVOCATION_SECONDS
+    assert seconds_after(answer, committed, what, capsys) < settings.REFERENCE_REVOCATION_SECONDS
 
 
 def test_a_raised_minimum_reaches_another_process_within_the_bound(other_process, capsys):

@@ -48,9 +48,7 @@ class TransferCreateApi(GatewayApi):
 
     def post(self, request):
         p = self.params
-        asset = services.asset_by_code(p["account"])
-        if asset is not None:  # an unknown asset is refused by the service (-1025)
-            self.require_key_type(policy.fund_key_type(asset))
+        policy.require_fund_key(self, p["account"])
         transfer = services.transfer_create(
             sender=self.account,
             asset_code=p["account"],

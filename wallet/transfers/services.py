@@ -19,9 +19,9 @@ from accounts.ledger.errors import InsufficientBalance
 from accounts.ledger.models import Asset, Balance, BusinessType, Entry, LedgerAccount, Posting
 from accounts.models import SystemRole, User
 from accounts.phones import is_e164, normalise_phone
-from accounts.selectors import UserRef, transfer_parties
+from accounts.selectors import UserRef, asset_by_code, transfer_parties
 from exchange.backoffice.services import require_reason, staff_action, summary
-from exchange.runtime.ttlcache import TtlCache
+from exchange.runtime.ttlcache import ReferenceCache
 from wallet import errors
 from wallet.approvals import approval_value_of
 from wallet.models import Transfer, TransferFee
@@ -34,12 +34,9 @@ logger = logging.getLogger(__name__)
 # are (accounts/phones.py: spaces, dashes and brackets ignored): a number sent as `%2B63...` and
 # resent raw as `+63...` (the `+` read as a space) must not find another account (docs/security.md, M2).
 
-assets = TtlCache(10.0)
-transfer_fees = TtlCache(10.0)
-
-
-def asset_by_code(code: str) -> Asset | None:
-    return assets.get(code, lambda: Asset.objects.filter(code=code).first())
+# Read by every transfer: cached per process; a change of a fee reaches every process within
+# REFERENCE_REVOCATION_SECONDS (exchange/runtime/ttlcache.py; TransferFee's signals in wallet/apps.py).
+transfer_fees = ReferenceCache("transfer fees")
 
 
 def _fee_of(asset: Asset) -> Decimal:
