@@ -18,13 +18,22 @@ PATH = "/openapi/v1/userDataStream"
 CLOSED_PORT = "redis://127.0.0.1:1/0"
 
 
+@pytest.fixture(autouse=True)
+def _keyring_clients_keep_the_real_url():
+    """The keyring's process-wide Redis clients (invalidation messages and the revocation log) are
+    made on first use from settings.REDIS_URL: made first during a test below, they would point at
+    the closed port for the rest of the process (a later module's keyring invalidations then failed
+    to reach the log). Made here, before any test points REDIS_URL away."""
+    from accounts.keyring import _log_client, _redis
+
+    _redis()
+    _log_client()
+
+
 @pytest.fixture
 def redis_down(settings):
     """The listenKey store's Redis (settings.REDIS_URL) is unreachable; the rate limits' storage and
     the channel layer are not."""
-    from accounts.keyring import _redis
-
-    _redis()  # the keyring's invalidation client keeps the real URL
     settings.REDIS_URL = CLOSED_PORT
     _store_for.cache_clear()
     yield
