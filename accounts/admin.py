@@ -9,14 +9,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from accounts import services
+from accounts import services, staff
 from accounts.models import ApiKey, ApiKeyStatus, ApiKeyType, User
 from exchange.backoffice import changes
-from exchange.backoffice.services import ReasonRequired, staff_action, summary
+from exchange.backoffice.services import ReasonRequired
 from exchange.backoffice.toolkit import ChangeOutcomeResponses, ReasonActionForm, ReasonFieldAdmin, action_reason
-
-USER_STATE_FIELDS = ("email", "is_active", "is_frozen", "can_trade", "can_deposit", "can_withdraw")
-API_KEY_FIELDS = ("user", "name", "key", "types", "status", "ip_restrict", "ip_list")  # never the secret
 
 
 class _AccountFormRules:
@@ -246,19 +243,14 @@ class UserAdmin(ChangeOutcomeResponses, DjangoUserAdmin):
             return
         done = skipped = 0
         for user in queryset:
-            if user.system_role is not None or not may_edit_user(request.user, user):
+            try:
+                staff.account_set_frozen(actor=request.user, user=user, frozen=frozen, reason=reason)
+            except services.StaffChangeRefused:  # a staff or house account
                 skipped += 1
                 continue
-            with staff_action(
-                actor=request.user,
-                action="account.freeze" if frozen else "account.unfreeze",
-                reason=reason,
-                target=user,
-                before=summary(user, USER_STATE_FIELDS),
-            ) as draft:
-                draft.after = summary(
-                    services.user_set_frozen(user=user, frozen=frozen, by=request.user), USER_STATE_FIELDS
-                )
+            except PermissionDenied as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                return
             done += 1
         verb = "frozen" if frozen else "unfrozen"
         self.message_user(request, f"{done} account(s) {verb}.", messages.SUCCESS)
@@ -363,7 +355,7 @@ class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
     """Keys are created, changed, enabled and disabled with a reason (audited). Staff never hold a
     credential that acts for a customer: a key made here is Read only (its secret, shown once to
     hand to the customer, reads what staff see anyway), and a key's types are only ever narrowed
-    here (accounts.services.api_key_issue_by_staff, api_key_change_by_staff). The secret is shown
+    here (accounts.staff.api_key_issue and api_key_change, which check the permission and audit). The secret is shown
     once, on the page the creation answers with, and never again: it is not a field of any page,
     the audit trail or the change history (docs/operations.md)."""
 
@@ -386,30 +378,26 @@ class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         data = form.cleaned_data
         if change:
-            before = summary(ApiKey.objects.get(pk=obj.pk), API_KEY_FIELDS)
-            with staff_action(
-                actor=request.user, action="api_key.change", reason=data["reason"], target=obj, before=before
-            ) as draft:
-                changed = services.api_key_change_by_staff(
-                    api_key=obj,
-                    name=data["name"],
-                    types=data["types"],
-                    enabled=data["status"] == ApiKeyStatus.ENABLE,
-                    ip_restrict=data["ip_restrict"],
-                    ip_list=data["ip_list"],
-                )
-                draft.after = summary(changed, API_KEY_FIELDS)
-            return
-        with staff_action(actor=request.user, action="api_key.create", reason=data["reason"]) as draft:
-            created = services.api_key_issue_by_staff(
-                user=data["user"],
+            staff.api_key_change(
+                actor=request.user,
+                api_key=obj,
                 name=data["name"],
                 types=data["types"],
-                ip_list=data["ip_list"],
+                enabled=data["status"] == ApiKeyStatus.ENABLE,
                 ip_restrict=data["ip_restrict"],
+                ip_list=data["ip_list"],
+                reason=data["reason"],
             )
-            draft.target = created.api_key
-            draft.after = summary(created.api_key, API_KEY_FIELDS)
+            return
+        created = staff.api_key_issue(
+            actor=request.user,
+            user=data["user"],
+            name=data["name"],
+            types=data["types"],
+            ip_list=data["ip_list"],
+            ip_restrict=data["ip_restrict"],
+            reason=data["reason"],
+        )
         obj.pk = created.api_key.pk
         obj.refresh_from_db()  # the row the service wrote, which the admin then logs and links to
         # Shown once, on the page this request renders; never stored in the session or a message.
@@ -435,14 +423,11 @@ class ApiKeyAdmin(ReasonFieldAdmin, admin.ModelAdmin):
         if reason is None:
             return
         for key in queryset:
-            with staff_action(
-                actor=request.user,
-                action="api_key.enable" if enabled else "api_key.disable",
-                reason=reason,
-                target=key,
-                before=summary(key, API_KEY_FIELDS),
-            ) as draft:
-                draft.after = summary(services.api_key_set_status(api_key=key, enabled=enabled), API_KEY_FIELDS)
+            try:
+                staff.api_key_set_status(actor=request.user, api_key=key, enabled=enabled, reason=reason)
+            except PermissionDenied as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                return
         self.message_user(request, f"Keys {'enabled' if enabled else 'disabled'}.", messages.SUCCESS)
 
     @admin.action(description="Enable the selected keys", permissions=["change"])

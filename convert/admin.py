@@ -15,11 +15,9 @@ from django.urls import path
 from django.utils import timezone
 
 from accounts import ledger
-from accounts.ledger.models import Posting
 from accounts.models import Asset, SystemRole
 from convert import controls, prices, selectors, services
 from convert.models import AssetPrice, Market, Order, Pair, Quote
-from exchange.backoffice.services import staff_action
 from exchange.backoffice.toolkit import GuardedChangeAdmin, ReadOnlyAdmin, ReasonActionForm, submit_to_each
 
 
@@ -98,22 +96,19 @@ class MarketAdmin(GuardedChangeAdmin, admin.ModelAdmin):
     def liquidity_view(self, request):
         if not self.has_view_permission(request):
             raise PermissionDenied
-        may_top_up = request.user.has_perm("accounts.add_manualadjustment")
+        may_top_up = request.user.has_perm(services.TOP_UP_PERMISSION)
         form = None
         if may_top_up:
             form = TopUpForm(request.POST or None, initial={"request_id": uuid.uuid4().hex})
             if request.method == "POST" and form.is_valid():
                 data = form.cleaned_data
-                with staff_action(actor=request.user, action="liquidity.top_up", reason=data["reason"]) as draft:
-                    posting_id = services.liquidity_top_up(
-                        asset_code=data["asset"].code,
-                        amount=data["amount"],
-                        actor=request.user,
-                        reason=data["reason"],
-                        request_id=data["request_id"],
-                    )
-                    draft.target = Posting.objects.get(pk=posting_id)
-                    draft.after = {"asset": data["asset"].code, "amount": data["amount"], "posting": posting_id}
+                posting_id = services.liquidity_top_up(
+                    asset_code=data["asset"].code,
+                    amount=data["amount"],
+                    actor=request.user,
+                    reason=data["reason"],
+                    request_id=data["request_id"],
+                )
                 self.message_user(request, f"Liquidity topped up (posting #{posting_id}).", messages.SUCCESS)
                 return redirect("admin:convert_liquidity")
         elif request.method == "POST":

@@ -41,6 +41,7 @@ from convert.prices import customer_price
 from exchange.api.errors import Disconnected
 from exchange.api.ratelimit import STORAGE_ERRORS, STORAGE_OUTAGE, counters
 from exchange.backoffice.changes import apply_fields
+from exchange.backoffice.services import require_permission, require_reason, staff_action
 from exchange.platform.selectors import business_is_on
 
 logger = logging.getLogger(__name__)
@@ -368,17 +369,27 @@ def _payers(asset_code: str, needed: Decimal) -> list[tuple[int, Decimal]] | Non
     return None
 
 
+TOP_UP_PERMISSION = "accounts.add_manualadjustment"  # the Treasury's, as for proposing an adjustment
+
+
 def liquidity_top_up(
-    *, asset_code: str, amount: Decimal, actor: User, reason: str, request_id: str | None = None
+    *, asset_code: str, amount: Decimal, actor: User, reason: str | None, request_id: str | None = None
 ) -> int:
     """Operators add `amount` of an asset to the house's convert liquidity, from equity, spread
-    evenly over the shards: one posting, audited (the actor, and the reason in its memo). With the
-    admin form's `request_id` a double submit posts once (the posting's unique reference). Returns
-    the posting's id."""
-    if not reason.strip():
-        raise ValueError("A top-up needs a reason.")
+    evenly over the shards: one posting (the actor, and the reason in its memo), by a staff member
+    with TOP_UP_PERMISSION, audited ("liquidity.top_up") in the same transaction. Refused before
+    anything moves without a reason (ReasonRequired), without the permission (StaffNotPermitted, a
+    PermissionDenied) and for an amount not above zero (ValueError). With the admin form's
+    `request_id` a double submit posts once (the posting's unique reference) and is audited once.
+    Returns the posting's id."""
+    reason = require_reason(reason)
+    require_permission(actor, TOP_UP_PERMISSION, "You may not top up the convert liquidity.")
     if amount <= 0:
         raise ValueError("A top-up must be positive.")
+    reference = f"convert-liquidity:{request_id or secrets.token_hex(12)}"
+    posted = Posting.objects.filter(reference=reference).values_list("pk", flat=True).first()
+    if posted is not None:  # the same form submitted again, after the first committed
+        return posted
     shards = ledger.role_account_ids(SystemRole.CONVERT_LIQUIDITY)
     with localcontext(prec=60):
         share = _down(amount / len(shards), 18)
@@ -388,19 +399,22 @@ def liquidity_top_up(
         part = share if i else amount - share * (len(shards) - 1)
         if part > 0:
             legs += ledger.move(equity, shard, asset_code, part)
-    reference = f"convert-liquidity:{request_id or secrets.token_hex(12)}"
-    try:
-        result = ledger.post(
-            legs=legs,
-            kind=BusinessType.OTHERS,
-            reference=reference,
-            memo=f"convert liquidity top-up by {actor.email}: {reason}"[:255],
-            actor_id=actor.pk,
-        )
-    except IntegrityError:  # the same form submitted again: posted once
-        return Posting.objects.get(reference=reference).pk
+    with staff_action(actor=actor, action="liquidity.top_up", reason=reason) as draft:
+        try:
+            result = ledger.post(
+                legs=legs,
+                kind=BusinessType.OTHERS,
+                reference=reference,
+                memo=f"convert liquidity top-up by {actor.email}: {reason}"[:255],
+                actor_id=actor.pk,
+            )
+            posting_id = result.posting_id
+        except IntegrityError:  # the same form submitted at the same time: posted once
+            posting_id = Posting.objects.get(reference=reference).pk
+        draft.target = Posting.objects.get(pk=posting_id)
+        draft.after = {"asset": asset_code, "amount": amount, "posting": posting_id}
     logger.info("Convert liquidity +%s %s by %s: %s", amount, asset_code, actor.email, reason)
-    return result.posting_id
+    return posting_id
 
 
 def asset_price_apply(row: AssetPrice, changes: dict) -> AssetPrice:

@@ -7,7 +7,6 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
-from exchange.backoffice.services import staff_action, summary
 from exchange.backoffice.toolkit import (
     GuardedChangeAdmin,
     GuardedChangeForm,
@@ -15,7 +14,7 @@ from exchange.backoffice.toolkit import (
     action_reason,
     submit_to_each,
 )
-from wallet import approvals, deposits, settlement, withdrawals
+from wallet import approvals, deposits, withdrawals
 from wallet.models import Deposit, DepositStatus, Network, WhitelistAddress, Withdrawal, WithdrawalStage
 
 
@@ -198,8 +197,7 @@ class DepositAdmin(admin.ModelAdmin):
         reason = action_reason(self, request)
         if reason is None:
             return
-        with staff_action(actor=request.user, action="deposit.recheck", reason=reason) as draft:
-            draft.after = {"credited_or_advanced": deposits.deposits_scan()}
+        deposits.deposits_recheck(checked_by=request.user, reason=reason)
         self.message_user(request, "Chain scanned.", messages.SUCCESS)
 
 
@@ -278,17 +276,16 @@ class WithdrawalAdmin(admin.ModelAdmin):
         reason = action_reason(self, request)
         if reason is None:
             return
-        stuck = list(queryset.filter(stage__in=[WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING]))
-        for withdrawal in stuck:
-            with staff_action(
-                actor=request.user,
-                action="withdrawal.retry",
-                reason=reason,
-                target=withdrawal,
-                before=summary(withdrawal, approvals.AUDITED_FIELDS),
-            ):
-                settlement.withdrawal_retry(withdrawal=withdrawal)
-        self.message_user(request, f"Handed {len(stuck)} withdrawal(s) to a worker again.", messages.SUCCESS)
+        handed = 0
+        for withdrawal in queryset.filter(stage__in=approvals.RETRY_STAGES):
+            try:
+                handed += approvals.withdrawal_retry_by_staff(
+                    withdrawal=withdrawal, retried_by=request.user, reason=reason
+                )
+            except PermissionDenied as exc:
+                self.message_user(request, f"Refused: {exc}", messages.ERROR)
+                return
+        self.message_user(request, f"Handed {handed} withdrawal(s) to a worker again.", messages.SUCCESS)
 
 
 from wallet.transfers import admin as transfer_admin  # noqa: E402,F401 - registers the transfers' admin pages

@@ -40,7 +40,7 @@ from accounts.limits import value_in
 from accounts.models import User
 from exchange.backoffice.services import require_permission, require_reason, staff_action, summary
 from wallet.models import Withdrawal, WithdrawalStage
-from wallet.settlement import HELD_INFO, fail_and_release, hand_to_worker, transition
+from wallet.settlement import HELD_INFO, fail_and_release, hand_to_worker, transition, withdrawal_retry
 
 ZERO = Decimal(0)
 APPROVAL_CURRENCY = "PHP"  # both thresholds are in this currency
@@ -221,6 +221,30 @@ def withdrawal_reject(*, withdrawal: Withdrawal, rejected_by: User, reason: str 
         done = fail_and_release(withdrawal, info=reason[:255], decided_by=rejected_by, from_stages=open_stages)
         draft.after = summary(done, AUDITED_FIELDS)
     return done
+
+
+RETRY_STAGES = (WithdrawalStage.QUEUED, WithdrawalStage.BROADCASTING)
+
+
+def withdrawal_retry_by_staff(*, withdrawal: Withdrawal, retried_by: User, reason: str | None) -> bool:
+    """Hand a queued or stuck broadcasting withdrawal to a worker again (settlement.withdrawal_retry,
+    safe to repeat), by a staff member with APPROVE_PERMISSION, for `reason`; audited
+    ("withdrawal.retry"). Refused like withdrawal_approve; one in another stage is left as it is,
+    nothing recorded, and False returned."""
+    reason = require_reason(reason)
+    require_permission(retried_by, APPROVE_PERMISSION, "You may not retry withdrawals.")
+    withdrawal.refresh_from_db()
+    if withdrawal.stage not in RETRY_STAGES:
+        return False
+    with staff_action(
+        actor=retried_by,
+        action="withdrawal.retry",
+        reason=reason,
+        target=withdrawal,
+        before=summary(withdrawal, AUDITED_FIELDS),
+    ):
+        withdrawal_retry(withdrawal=withdrawal)
+    return True
 
 
 # --- the settings, checked at start-up -------------------------------------------------------------

@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 # Who fills a held deposit's travel-rule data: "change deposit", Treasury's and Administrators'
 # (exchange/backoffice/roles.py).
 TRAVEL_RULE_PERMISSION = "wallet.change_deposit"
+RECHECK_PERMISSION = "wallet.change_deposit"  # the same "change deposit": asking the chain again
 # The deposit's fields the audit trail pictures before and after.
 AUDITED_FIELDS = ("account", "network", "amount", "status", "confirmations", "tx_id", "credited_at")
 
@@ -175,6 +176,19 @@ def deposit_fill_travel_rule(*, deposit: Deposit, data: dict, filled_by: User, r
         draft.after = {**summary(filled, AUDITED_FIELDS), "travel_rule_data": filled.travel_rule_data}
     logger.info("Travel-rule data filled for deposit %s by %s", deposit.pk, filled_by.email)
     return filled
+
+
+def deposits_recheck(*, checked_by: User, reason: str | None) -> int:
+    """Ask the chain again now (deposits_scan), by a staff member with RECHECK_PERMISSION, for
+    `reason`; audited ("deposit.recheck", with how many deposits were credited or advanced).
+    Refused before the chain is asked without a reason (ReasonRequired) or the permission
+    (StaffNotPermitted, a PermissionDenied). Returns deposits_scan's count."""
+    reason = require_reason(reason)
+    require_permission(checked_by, RECHECK_PERMISSION, "You may not check the chain for deposits.")
+    with staff_action(actor=checked_by, action="deposit.recheck", reason=reason) as draft:
+        touched = deposits_scan()
+        draft.after = {"credited_or_advanced": touched}
+    return touched
 
 
 def deposits_scan() -> int:

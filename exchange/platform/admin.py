@@ -4,9 +4,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.utils import timezone
 
-from exchange.api import ratelimit
 from exchange.api.models import RateLimitBan
-from exchange.backoffice.services import staff_action, summary
 from exchange.backoffice.toolkit import ReasonActionForm, ReasonFieldAdmin, ReasonFormMixin, action_reason
 from exchange.platform import services
 from exchange.platform.models import BusinessStatus
@@ -35,13 +33,9 @@ class BusinessStatusAdmin(ReasonFieldAdmin, admin.ModelAdmin):
         return False
 
     def _set(self, request, row: BusinessStatus, is_on: bool, reason: str) -> BusinessStatus:
-        before = summary(BusinessStatus.objects.get(pk=row.pk), ("business_type", "is_on"))
-        with staff_action(
-            actor=request.user, action="business_status.set", reason=reason, target=row, before=before
-        ) as draft:
-            stored = services.business_status_set(business_type=row.business_type, is_on=is_on, updated_by=request.user)
-            draft.after = summary(stored, ("business_type", "is_on"))
-        return stored
+        return services.business_status_switch(
+            actor=request.user, business_type=row.business_type, is_on=is_on, reason=reason
+        )
 
     def save_model(self, request, obj, form, change):
         stored = self._set(request, obj, obj.is_on, form.cleaned_data["reason"])
@@ -95,8 +89,5 @@ class RateLimitBanAdmin(admin.ModelAdmin):
         if reason is None:
             return
         for ban in queryset:
-            with staff_action(
-                actor=request.user, action="ban.lift", reason=reason, target=ban, before=summary(ban)
-            ) as draft:
-                draft.after = summary(ratelimit.rate_limit_ban_lift(ban=ban, lifted_by=request.user))
+            services.ban_lift(actor=request.user, ban=ban, reason=reason)
         self.message_user(request, f"Lifted {queryset.count()} ban(s).", messages.SUCCESS)
