@@ -31,14 +31,14 @@ $(DEV_STAMP): requirements.txt requirements-dev.txt | $(PY)
 
 ## make run: serve HTTP and websocket on 127.0.0.1:$(PORT) with the demo world loaded.
 ## Embedded (SQLite, in-memory layers, tasks in-process) unless DATABASE_URL and REDIS_URL are set,
-## then the production topology (exchange/stack/, under supervisord): nginx on $(PORT) in front of granian
+## then the production topology (harness/, under supervisord): nginx on $(PORT) in front of granian
 ## (REST) and Daphne (websocket), a Celery worker and beat, PostgreSQL and Redis; nginx is installed when missing.
 run: $(RUN_STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py collectstatic --noinput -v 0
 	$(PY) manage.py demo
 	@if [ -n "$$DATABASE_URL" ] && [ -n "$$REDIS_URL" ]; then \
-		PORT=$(PORT) exec $(PY) -m exchange.stack; \
+		PORT=$(PORT) exec $(PY) -m harness; \
 	else \
 		echo "Embedded on 127.0.0.1:$(PORT): SQLite (var/), in-memory channel layer, tasks in-process"; \
 		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) --ping-interval 20 --ping-timeout 30 exchange.asgi:application; \
@@ -77,7 +77,7 @@ test: $(DEV_STAMP) services
 LAB_LOCK ?= /tmp/exchange-lab.lock
 lab-test: $(DEV_STAMP)
 	./scripts/lab-packages.sh
-	flock $(LAB_LOCK) $(PY) -m exchange.stack.lab test $(LAB_TEST_ARGS)
+	flock $(LAB_LOCK) $(PY) -m harness.lab test $(LAB_TEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

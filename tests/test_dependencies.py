@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("accounts", "wallet", "streams", "exchange", "convert", "subaccounts")
+APPS = ("accounts", "wallet", "streams", "exchange", "convert", "subaccounts", "harness")
 # The layers above the apps, outermost last: operator tools, benchmarks, tests.
 OUTER = ("scripts", "bench", "tests")
 
@@ -51,7 +51,7 @@ PARTS = {
     "exchange.backoffice": "backoffice",  # staff tools: audit trail, four eyes, roles, admin parts
     "exchange.platform": "platform",  # the service's own small domain (app label "exchange")
     "exchange.dashboard": "dashboard",  # the back office's read side: dashboard, customer page, site
-    "exchange.stack": "stack",  # the code that runs the stack (the one-harness step of issue 27)
+    "harness": "stack",  # the code that runs the stack (the one-harness step of issue 27)
 }
 # What each part or app imports besides itself: exactly the edges the code has (a new edge is a
 # decision, made here and in docs/architecture.md's table, which tests below hold to this one; an
@@ -308,8 +308,8 @@ def test_graph_sees_the_project():
     # scripts, bench (extensionless scripts and the modules they import from bench/) and tests
     assert "wallet.services" in graph["tests.wallet.test_withdraw_life"]
     assert "bench._bench" in graph["bench.transfers"]
-    assert "exchange.stack.make_run" in graph["bench.transfers"]
-    assert "exchange.stack.simulation.run" in graph["exchange.stack.management.commands.simulate"]
+    assert "harness.make_run" in graph["bench.transfers"]
+    assert "harness.simulation.run" in graph["harness.management.commands.simulate"]
 
 
 def test_no_import_cycles():
@@ -376,7 +376,7 @@ def _is_sys_path(func: ast.expr) -> bool:
 
 def test_nothing_edits_sys_path():
     """Every program runs from the project root with its packages importable as they are (`python -m
-    bench.NAME`, `python -m exchange.stack...`, `manage.py`): a module that puts a directory on
+    bench.NAME`, `python -m harness...`, `manage.py`): a module that puts a directory on
     sys.path hides an import from this test."""
     edits = [
         f"  {module}:{node.lineno}"

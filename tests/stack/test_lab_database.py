@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
-from exchange.stack.lab import config, suite, topology
-from exchange.stack.lab.topology import DB_HOSTS
+from harness.lab import config, suite, topology
+from harness.lab.topology import DB_HOSTS
 
 
 def test_the_application_connects_as_its_own_role_not_the_superuser():

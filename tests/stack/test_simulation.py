@@ -1,4 +1,4 @@
-"""The seeded simulation (issue 18, item 6): `manage.py simulate` runs exchange/stack/simulation, which
+"""The seeded simulation (issue 18, item 6): `manage.py simulate` runs harness/simulation, which
 starts a private PostgreSQL and Redis and the stack exactly as `make run` does, drives random
 customers through every flow while faults are injected, and checks at the end: the ledger check, every
 balance equal to what the clients were acknowledged, every stream complete and in order, and every
@@ -21,8 +21,8 @@ from decimal import ROUND_DOWN, Decimal
 import pytest
 from django.core.management import CommandError, call_command
 
-from exchange.stack.simulation import cycles
-from exchange.stack.simulation import plan as simulate
+from harness.simulation import cycles
+from harness.simulation import plan as simulate
 from tests.stack.test_faults import require_servers
 
 MAKE_TEST_MINUTES = 1.0  # the run make test makes; the schedule test below shows it meets every kind of fault
