@@ -72,7 +72,7 @@ test: $(DEV_STAMP) services
 ## make lab-test: the HA lab (docs/scaling.md, needs root and network namespaces): its Debian packages
 ## (scripts/packages/test.txt and lab.txt) installed when missing (their own services kept from starting), then under the lab's lock
 ## (/tmp/exchange-lab.lock, one lab per machine) the lab up, every fault in turn (pg-kill, pg-cut,
-## pg-disk, redis-kill, sentinel-cut, rolling), hostfault, a one-minute `manage.py simulate --lab`, the
+## pg-disk, redis-kill, sentinel-cut, rolling), hostfault, a one-minute `python -m harness.simulation --lab`, the
 ## lab down whatever happened; one table of PASS/FAIL, windows and seconds; non-zero if any failed.
 LAB_LOCK ?= /tmp/exchange-lab.lock
 lab-test: $(DEV_STAMP)

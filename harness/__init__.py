@@ -24,10 +24,14 @@ Modules: layout (ports, process counts, connection budget, environment), nginx (
 programs (the command lines), supervisor (supervisord's configuration, start, stop, pid of a
 program), loglines (supervisord's listener naming each program's output), run (`make run`'s entry),
 ports (free ports, waiting), services (the shared PostgreSQL and Redis: private databases,
-manage.py, the demo world, processes that are always stopped), private (a PostgreSQL cluster and a
-Redis server of one's own), make_run (`make run` itself as a subprocess), client (signed HTTP and
-websocket clients), and the packages chaos (faults under load) and simulation (`manage.py simulate`).
+manage.py, the demo world, processes that are always stopped), demo_world (migrate and the demo
+world in one process), private (a PostgreSQL cluster and a Redis server of one's own), make_run
+(`make run` itself as a subprocess), client (signed HTTP and websocket clients), and the packages
+chaos (faults under load), simulation (`python -m harness.simulation`) and lab (the HA lab).
 
-Nothing here imports an app: the harness runs the project as processes and talks to it over HTTP,
-websocket, SQL and manage.py (docs/architecture.md).
+The harness is tooling around the product, not part of it: production runs none of it and nothing
+of the product imports it. It runs the project as processes and talks to it over HTTP, websocket,
+SQL and manage.py; of the product's code it imports only the replay memory's keys and, in the lab's
+bench_accounts, the ledger (tests/test_dependencies.py's HARNESS_IMPORTS, docs/architecture.md).
+Every program it starts is a module (`python -m ...` or a file), never a `python -c` string.
 """

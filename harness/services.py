@@ -30,14 +30,20 @@ def services_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in done.stdout.strip().splitlines() if "=" in line)
 
 
-def manage(env: dict[str, str], *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`manage.py ARGS` with this interpreter; with `check`, a failure raises with its output."""
+def python(env: dict[str, str], *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python ARGS` with this interpreter from the project root (`manage.py ...`, `-m harness.demo_world`);
+    with `check`, a failure raises with its output."""
     done = subprocess.run(  # noqa: S603 - this interpreter, our own arguments
-        [PYTHON, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        [PYTHON, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
     if check and done.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
+        raise RuntimeError(f"python {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")
     return done
+
+
+def manage(env: dict[str, str], *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`manage.py ARGS` with this interpreter; with `check`, a failure raises with its output."""
+    return python(env, "manage.py", *args, check=check, timeout=timeout)
 
 
 def flush_redis(url: str) -> None:
@@ -82,15 +88,10 @@ def private_services(pg_server: str, redis_server: str, db_name: str, redis_db: 
         recreate_database(pg_server, db_name, create=False)
 
 
-_LOAD_DEMO = (
-    "from django.core.management import call_command as c; "
-    "c('migrate', interactive=False, verbosity=0); c('demo', json=True)"
-)
-
-
 def load_demo(env: dict[str, str]) -> dict:
-    """Migrate the database of `env` and load the demo world (one process); the world's JSON."""
-    loaded = manage(env, "shell", "--no-imports", "-c", _LOAD_DEMO).stdout
+    """Migrate the database of `env` and load the demo world (one process, `python -m harness.demo_world`);
+    the world's JSON."""
+    loaded = python(env, "-m", "harness.demo_world").stdout
     return json.loads(loaded.strip().splitlines()[-1])
 
 

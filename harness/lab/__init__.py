@@ -15,7 +15,8 @@ Modules: topology (hosts and addresses), net (namespaces, veth pairs, the bridge
 config (etcd's command line, patroni.yml, redis.conf, sentinel.conf), cluster (supervisord over
 all of it, waiting, asking who leads), fault (the command line and the faults' helpers),
 bank (the one load and bank check every fault shares), faults (pg-kill, pg-cut, pg-disk, redis-kill,
-sentinel-cut), suite (`test`: all of them in turn, what `make lab-test` runs).
+sentinel-cut), suite (`test`: all of them in turn, what `make lab-test` runs), etcd_wait (Patroni's
+start: etcd's cluster version decided first), bench_accounts (the host fault run's funded accounts).
 Debian's binaries (packages etcd-server, redis-sentinel, postgresql) and Patroni 3.1.2 from PyPI (its
 own virtualenv, cluster.ensure_patroni) run directly under supervisord, each inside its host's
 namespace (`ip netns exec`); PostgreSQL as user postgres. The application connects as its own role

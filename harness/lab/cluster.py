@@ -90,6 +90,7 @@ def write_files() -> None:
         host.dir.mkdir(parents=True, exist_ok=True)
     for host in DB_HOSTS:
         (host.dir / "patroni.yml").write_text(config.patroni_yml(host))
+        shutil.copyfile(config.ETCD_WAIT, host.dir / config.ETCD_WAIT.name)  # Patroni's start (etcd_wait.py)
         script = host.dir / "post_bootstrap.sh"
         script.write_text(config.post_bootstrap_script())
         os.chmod(script, 0o755)  # noqa: S103 - Patroni (user postgres) runs it
@@ -240,8 +241,7 @@ def ensure_patroni() -> Path:
     shutil.rmtree(PATRONI_VENV, ignore_errors=True)
     PATRONI_VENV.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(PATRONI_VENV.parent, 0o755)  # noqa: S103 - user postgres runs it
-    base = "/usr/bin/python3"  # not a python under /root (pyenv): user postgres runs it
-    subprocess.run([base, "-m", "venv", str(PATRONI_VENV)], check=True)  # noqa: S603 - our own paths
+    subprocess.run([config.SYSTEM_PYTHON, "-m", "venv", str(PATRONI_VENV)], check=True)  # noqa: S603 - our own paths
     pip = [str(PATRONI_VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, f"patroni[etcd3]=={PATRONI_VERSION}", PATRONI_PSYCOPG], check=True)  # noqa: S603
     stamp.touch()

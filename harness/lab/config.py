@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 from harness.lab.topology import (
     APP_PASSWORD,
@@ -26,6 +27,11 @@ from harness.lab.topology import (
     SENTINEL_PORT,
     Host,
 )
+
+# Debian's Python: user postgres runs it (a Python under /root, pyenv's, is not theirs to run).
+SYSTEM_PYTHON = "/usr/bin/python3"
+# Patroni's start on a db host (etcd_wait.py); cluster.write_files copies it into the host's directory.
+ETCD_WAIT = Path(__file__).with_name("etcd_wait.py")
 
 # Patroni's timing (ttl >= loop_wait + 2 * retry_timeout): a leader that stops renewing its key is
 # replaced after at most `ttl` seconds.
@@ -71,20 +77,13 @@ def etcd_args(host: Host) -> list[str]:
     ]
 
 
-# Patroni with `use_proxies` asks the first etcd member for the cluster's version at start and dies on
-# etcd's "not_decided" (before the members' first election; seen with Debian's 3.0.2, kept for 4.0,
-# where it costs nothing); the lab does not restart a dead program, so Patroni waits for a decided
-# version first (then `exec`: the pid is Patroni's).
-_WAIT_ETCD = (  # one line: supervisord's configuration file takes no multi-line command
-    "until /usr/bin/python3 -c 'import json, sys, urllib.request as u; sys.exit(json.load(u.urlopen(sys.argv[1],"
-    ' timeout=1))["etcdcluster"] == "not_decided")\' "$0" 2>/dev/null; do sleep 0.5; done; exec "$1" "$2"'
-)
-
-
 def patroni_args(host: Host) -> list[str]:
     first = next(h for h in DB_HOSTS if h != host)
     version = f"http://{first.address}:{ETCD_CLIENT_PORT}/version"
-    return ["/bin/sh", "-c", _WAIT_ETCD, version, str(PATRONI_VENV / "bin" / "patroni"), str(host.dir / "patroni.yml")]
+    # Patroni waits for etcd's decided cluster version first (etcd_wait.py says why), run by Debian's
+    # Python from the copy cluster.write_files puts in the host's directory (user postgres runs it).
+    wait = [SYSTEM_PYTHON, str(host.dir / ETCD_WAIT.name), version]
+    return [*wait, str(PATRONI_VENV / "bin" / "patroni"), str(host.dir / "patroni.yml")]
 
 
 def post_bootstrap_sql() -> str:

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -37,34 +36,11 @@ from harness.lab import apphosts, cluster, topology
 from harness.lab.fault import fresh, redis_client
 from harness.ports import HOST, free_block
 from harness.private import stack_environment
-from harness.services import PYTHON, manage
+from harness.services import manage, python
 
 REDIS_DB = 2
 STEP = Decimal("0.01")
 BENCH_ACCOUNTS = 16
-
-# Funded accounts for the throughput run (PHP, pairs that share no row lock).
-_SETUP = r"""
-import json, sys
-from decimal import Decimal
-import django
-django.setup()
-from django.db import transaction
-from accounts import ledger, services
-from accounts.ledger.models import BusinessType
-from accounts.models import LedgerAccount, SystemRole, User
-count = int(sys.argv[1])
-with transaction.atomic():
-    User.objects.bulk_create([User(email=f"lab{i}@bench.lab", password="!") for i in range(count)])
-    users = list(User.objects.filter(email__endswith="@bench.lab").order_by("id"))
-    LedgerAccount.objects.bulk_create([LedgerAccount(user=u) for u in users], ignore_conflicts=True)
-    each = Decimal(1_000_000)
-    legs = [ledger.Leg(ledger.system_account_id(SystemRole.EQUITY), "PHP", -each * len(users))]
-    legs += [ledger.Leg(u.pk, "PHP", each) for u in users]
-    ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference="lab:bench:funding")
-    keys = [services.api_key_create(user=u, name="lab") for u in users]
-print(json.dumps([[u.email, k.api_key.key, k.secret] for u, k in zip(users, keys)]))
-"""
 
 
 class Heights:
@@ -328,9 +304,7 @@ def main(argv: list[str]) -> int:
     fresh(REDIS_DB)
     manage(env, "migrate", "--noinput", "-v", "0")
     world = json.loads(manage(env, "demo", "--json").stdout.strip().splitlines()[-1])
-    made = subprocess.run(  # noqa: S603 - this interpreter, our own script
-        [PYTHON, "-c", _SETUP, str(BENCH_ACCOUNTS)], env=env, capture_output=True, text=True, check=True
-    )
+    made = python(env, "-m", "harness.lab.bench_accounts", str(BENCH_ACCOUNTS))  # funded, pairs share no lock
     accounts = json.loads(made.stdout.strip().splitlines()[-1])
     sup = apphosts.supervisor(env, port)
     sup.start()

@@ -1,5 +1,5 @@
 """`python -m harness.lab test` (what `make lab-test` runs, under the lab's lock): the lab brought
-up, every fault in turn on it (each from a healthy cluster), hostfault, a short `manage.py simulate
+up, every fault in turn on it (each from a healthy cluster), hostfault, a short `python -m harness.simulation
 --lab`, the lab always brought down (also on a failure, Ctrl-C or SIGTERM), then one table: each run's
 PASS/FAIL, the window it measured and the seconds it took. Exit status 1 if any run failed.
 
@@ -22,7 +22,7 @@ from harness.lab import cluster
 from harness.layout import ROOT
 
 FAULTS = ("pg-kill", "pg-cut", "pg-disk", "redis-kill", "sentinel-cut", "rolling")
-SIMULATION = ("simulate", "--seed", "1", "--minutes", "1")
+SIMULATION = ("-m", "harness.simulation", "--lab", "--seed", "1", "--minutes", "1")
 HEALTHY_SECONDS = 180.0
 
 # The window each kind of run reports, read from its own lines.
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     steps = {name: ["-m", "harness.lab", "fault", name] for name in FAULTS}
     steps["hostfault"] = ["-m", "harness.lab", "hostfault"]
-    steps["simulate"] = ["manage.py", *SIMULATION[:1], "--lab", *SIMULATION[1:]]
+    steps["simulate"] = list(SIMULATION)
     plan = [(name, steps[name]) for name in (args.only or steps)]
     signal.signal(signal.SIGTERM, _terminate)
     began = time.monotonic()

@@ -1,5 +1,5 @@
 """A seeded simulation of the whole exchange in the spirit of TigerBeetle's VOPR and Jepsen's bank
-test (issue 18, item 6): `manage.py simulate --seed N --minutes M` (or `python -m harness.simulation`).
+test (issue 18, item 6): `python -m harness.simulation --seed N --minutes M` (harness/simulation/run.py, `main`).
 
 1. The world: harness/private.py's private PostgreSQL cluster and private Redis (AOF), migrated, with
    `manage.py demo --customers K`: K customers, each a master with one sub-account, keys for both,

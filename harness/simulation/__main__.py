@@ -1,4 +1,4 @@
-"""`python -m harness.simulation --seed N [--minutes M] [--customers K] [--keep]`."""
+"""`python -m harness.simulation --seed N [--minutes M] [--customers K] [--keep] [--lab]` (run.main)."""
 
 import sys
 

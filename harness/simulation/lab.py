@@ -1,4 +1,4 @@
-"""`manage.py simulate --lab`: the simulation on the HA lab (docs/scaling.md) instead of a private
+"""`python -m harness.simulation --lab`: the simulation on the HA lab (docs/scaling.md) instead of a private
 PostgreSQL and Redis. The stack's programs run on the application hosts app1 and app2 behind HAProxy
 (harness/lab/apphosts.py, as `hostfault`), pointed at the lab (`python -m harness.lab
 env`: the libpq multi-host DATABASE_URL, Redis through Sentinel; RedBeat's lock on app1's beat first);

@@ -118,13 +118,35 @@ def run(
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The seeded simulation of the whole exchange under faults.")
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--minutes", type=float, default=1.0)
-    parser.add_argument("--customers", type=int, default=4)
-    parser.add_argument("--keep", action="store_true", help="keep the logs in the temporary directory")
-    parser.add_argument("--lab", action="store_true", help="on the HA lab, with its faults (it must be up)")
+def main(argv: list[str] | None = None, out=None) -> int:
+    """The command line: exit status 0 when every end check passes, 1 when one fails, 2 for bad
+    arguments or, with `--lab`, a lab that is not up."""
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.simulation",
+        description="Run the seeded simulation (random customers through every flow, random faults, end checks).",
+    )
+    parser.add_argument("--seed", type=int, required=True, help="The same seed gives the same schedule.")
+    parser.add_argument("--minutes", type=float, default=1.0, help="Length of the load (default 1).")
+    parser.add_argument("--customers", type=int, default=4, help="Customers, each with a sub-account (default 4).")
+    parser.add_argument("--keep", action="store_true", help="Keep the logs in the run's temporary directory.")
+    parser.add_argument(
+        "--lab",
+        action="store_true",
+        help="On the HA lab (python -m harness.lab up first), with its faults drawn by the seed.",
+    )
     options = parser.parse_args(argv)
-    result = run(options.seed, options.minutes, customers=options.customers, keep=options.keep, lab=options.lab)
+    if options.minutes <= 0 or options.customers < 1:
+        parser.error("--minutes must be positive and --customers at least 1")
+    out = out or sys.stdout
+    if options.lab:
+        from harness.simulation.lab import lab_is_up
+
+        if not lab_is_up():
+            out.write("simulate: the HA lab is not up: python -m harness.lab up\n")
+            return 2
+    result = run(
+        options.seed, options.minutes, customers=options.customers, out=out, keep=options.keep, lab=options.lab
+    )
+    if not result.ok:
+        out.write(f"simulate: seed {options.seed}: {len(result.violations)} problem(s), see above\n")
     return 0 if result.ok else 1
