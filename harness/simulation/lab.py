@@ -54,6 +54,22 @@ def _cut_by_a_kill(answer: Answer, kills: list[tuple[float, float]]) -> bool:
     )
 
 
+def judge_answers(answers: list[Answer], kills: list[tuple[float, float]], t0: float) -> Check:
+    """The simulation's rule (no 5xx but 503 -1001), less HAProxy's own 502 (an HTML page: no code)
+    for a request that was on an app host when app-kill killed it (`kills`: each kill's start and its
+    last SIGKILL; the request sent before the kill was over, answered after it began): the host died
+    holding it, the balancer can only say so. Its outcome is unknown to the client, as a request
+    without an answer, and resolved at the end like one (Settle)."""
+    cut = [a for a in answers if _cut_by_a_kill(a, kills)]
+    breaking = [a for a in answers if a.breaks_a_rule and not any(a is c for c in cut)]
+    moments = ", ".join(f"+{b - t0:.2f} s" for b, _ in kills)
+    detail = f"{len(answers)} requests {tally(answers)}; in flight on an app host killed ({moments}): {tally(cut)}"
+    if breaking:
+        named = ", ".join(f"{a.kind} {a.ident} (+{a.started - t0:.2f} s)" for a in breaking[:10])
+        detail += f"; BREAKING THE RULES {tally(breaking)}: {named}"
+    return Check("answers", not breaking, detail)
+
+
 class LabSimulation(OnTheLab, Simulation):
     on_app_hosts = True
 
@@ -99,22 +115,9 @@ class LabSimulation(OnTheLab, Simulation):
         return answer
 
     def check_answers(self):
-        """The simulation's rule (no 5xx but 503 -1001), less HAProxy's own 502 (an HTML page: no code)
-        for a request that was on an app host when app-kill killed it (sent before the kill, answered
-        after): the host died holding it, the balancer can only say so. Its outcome is unknown to the
-        client, as a request without an answer, and resolved at the end like one (Settle)."""
+        """The simulation's rule less HAProxy's 502 for a request on a killed app host (judge_answers)."""
         check = super().check_answers()
-        if check.ok:
-            return check
-        cut = [a for a in self.answers if _cut_by_a_kill(a, self.app_kills)]
-        breaking = [a for a in self.answers if a.breaks_a_rule and not any(a is c for c in cut)]
-        kills = ", ".join(f"+{b - self.t0:.2f} s" for b, _ in self.app_kills)
-        detail = f"{len(self.answers)} requests {tally(self.answers)}; in flight on an app host killed ({kills}): "
-        detail += tally(cut)
-        if breaking:
-            named = ", ".join(f"{a.kind} {a.ident} (+{a.started - self.t0:.2f} s)" for a in breaking[:10])
-            detail += f"; BREAKING THE RULES {tally(breaking)}: {named}"
-        return Check("answers", not breaking, detail)
+        return check if check.ok else judge_answers(self.answers, self.app_kills, self.t0)
 
     # --- the application hosts' faults ---------------------------------------------------------------
 
