@@ -29,6 +29,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.support.import_graph import component, cycles
+
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("accounts", "wallet", "streams", "exchange", "convert", "subaccounts")
 # The layers around the product, outermost last: operator tools, the harness, benchmarks, tests.
@@ -225,103 +227,9 @@ def _upward(importer: str, imported: str) -> str | None:
     return _WHY.get(dst, f"{src} may use only {', '.join(sorted(MAY_USE[src])) or 'itself'}")
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle (as a path a -> ... -> a) per strongly connected component with more than one module."""
-    edges = {m: {d for d in deps if (m, d) not in ALLOWED_CYCLE_EDGES} for m, deps in graph.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
-
-    for root in sorted(edges):
-        if root in index:
-            continue
-        # Iterative Tarjan, so deep graphs do not hit the recursion limit.
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges[child]))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        components.append(sorted(component))
-
-    cycles = []
-    for component in components:
-        members = set(component)
-        start = component[0]
-        # Shortest path from start back to start inside the component.
-        previous: dict[str, str] = {}
-        frontier = [start]
-        seen = {start}
-        end = None
-        while frontier and end is None:
-            following = []
-            for node in frontier:
-                for child in sorted(edges[node] & members):
-                    if child == start:
-                        end = node
-                        break
-                    if child not in seen:
-                        seen.add(child)
-                        previous[child] = node
-                        following.append(child)
-                if end is not None:
-                    break
-            frontier = following
-        path = [start]
-        node = end
-        while node != start:
-            path.append(node)
-            node = previous[node]
-        path.append(start)
-        cycles.append([start, *reversed(path[1:-1]), start] if len(path) > 2 else [start, start])
-    return cycles
-
-
-def _component(graph: dict[str, set[str]], start: str) -> list[str]:
-    """The modules on some cycle through `start` (reachable from it and reaching it back)."""
-
-    def reach(edges: dict[str, set[str]]) -> set[str]:
-        seen, todo = {start}, [start]
-        while todo:
-            for child in edges.get(todo.pop(), ()):
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-        return seen
-
-    edges = {m: {d for d in deps if (m, d) not in ALLOWED_CYCLE_EDGES} for m, deps in graph.items()}
-    reverse: dict[str, set[str]] = {}
-    for m, deps in edges.items():
-        for d in deps:
-            reverse.setdefault(d, set()).add(m)
-    return sorted(reach(edges) & reach(reverse))
+def _cycle_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph less the edges allowed to close a cycle (none)."""
+    return {m: {d for d in deps if (m, d) not in ALLOWED_CYCLE_EDGES} for m, deps in graph.items()}
 
 
 def test_graph_sees_the_project():
@@ -345,10 +253,11 @@ def test_graph_sees_the_project():
 
 def test_no_import_cycles():
     graph = _graph()
-    cycles = _cycles(graph)
-    assert not cycles, "import cycles:\n" + "\n".join(
-        "  " + " -> ".join(cycle) + f"   (modules in this cycle: {', '.join(_component(graph, cycle[0]))})"
-        for cycle in cycles
+    edges = _cycle_edges(graph)
+    found = cycles(edges)
+    assert not found, "import cycles:\n" + "\n".join(
+        "  " + " -> ".join(cycle) + f"   (modules in this cycle: {', '.join(component(edges, cycle[0]))})"
+        for cycle in found
     )
 
 
