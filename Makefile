@@ -31,14 +31,14 @@ $(DEV_STAMP): requirements.txt requirements-dev.txt | $(PY)
 
 ## make run: serve HTTP and websocket on 127.0.0.1:$(PORT) with the demo world loaded.
 ## Embedded (SQLite, in-memory layers, tasks in-process) unless DATABASE_URL and REDIS_URL are set,
-## then the production topology (exchange/stack/, under supervisord): nginx on $(PORT) in front of granian
+## then the production topology (harness/, under supervisord): nginx on $(PORT) in front of granian
 ## (REST) and Daphne (websocket), a Celery worker and beat, PostgreSQL and Redis; nginx is installed when missing.
 run: $(RUN_STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py collectstatic --noinput -v 0
 	$(PY) manage.py demo
 	@if [ -n "$$DATABASE_URL" ] && [ -n "$$REDIS_URL" ]; then \
-		PORT=$(PORT) exec $(PY) -m exchange.stack; \
+		PORT=$(PORT) exec $(PY) -m harness; \
 	else \
 		echo "Embedded on 127.0.0.1:$(PORT): SQLite (var/), in-memory channel layer, tasks in-process"; \
 		exec $(VENV)/bin/daphne -b 127.0.0.1 -p $(PORT) --ping-interval 20 --ping-timeout 30 exchange.asgi:application; \
@@ -72,12 +72,12 @@ test: $(DEV_STAMP) services
 ## make lab-test: the HA lab (docs/scaling.md, needs root and network namespaces): its Debian packages
 ## (scripts/packages/test.txt and lab.txt) installed when missing (their own services kept from starting), then under the lab's lock
 ## (/tmp/exchange-lab.lock, one lab per machine) the lab up, every fault in turn (pg-kill, pg-cut,
-## pg-disk, redis-kill, sentinel-cut, rolling), hostfault, a one-minute `manage.py simulate --lab`, the
+## pg-disk, redis-kill, sentinel-cut, rolling), hostfault, a one-minute `python -m harness.simulation --lab`, the
 ## lab down whatever happened; one table of PASS/FAIL, windows and seconds; non-zero if any failed.
 LAB_LOCK ?= /tmp/exchange-lab.lock
 lab-test: $(DEV_STAMP)
 	./scripts/lab-packages.sh
-	flock $(LAB_LOCK) $(PY) -m exchange.stack.lab test $(LAB_TEST_ARGS)
+	flock $(LAB_LOCK) $(PY) -m harness.lab test $(LAB_TEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .

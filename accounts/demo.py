@@ -29,7 +29,7 @@ ASSETS = [
     ("USDT", "Tether USD", 6, "0.01", False, "58"),
     ("PHP", "Philippine peso", 2, "1", True, "1"),
 ]
-# `demo --customers K` (the simulation's world, exchange/stack/simulation): K more customers, each a master
+# `demo --customers K` (the simulation's world, harness/simulation): K more customers, each a master
 # with one virtual sub-account, their own keys and this funding; wallet.demo whitelists their withdrawals.
 CUSTOMER_EMAIL = "customer{n}@sim.demo.exchange"
 CUSTOMER_SUB_EMAIL = "customer{n}.sub@sim.demo.exchange"

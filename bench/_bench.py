@@ -1,4 +1,4 @@
-"""What the benchmarks share beyond the harness (exchange/stack): their environment on the shared
+"""What the benchmarks share beyond the harness (harness): their environment on the shared
 servers, the REST server to measure on its own (granian, or gunicorn for comparisons), and wrk.
 
 Every bench is a module run from the project root, `.venv/bin/python -m bench.NAME`: it starts and
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from exchange.stack import services
-from exchange.stack.layout import VENV_BIN
-from exchange.stack.ports import wait_for_port
-from exchange.stack.services import flush_redis, services_env
+from harness import services
+from harness.layout import VENV_BIN
+from harness.ports import wait_for_port
+from harness.services import flush_redis, services_env
 
 PYTHON = sys.executable
 
@@ -125,7 +125,7 @@ def rest_server(
 
 @contextlib.contextmanager
 def process(args: list[str], env: dict[str, str], port: int | None = None):
-    """`args` as a process group that is always stopped (exchange/stack/services.py), listening on
+    """`args` as a process group that is always stopped (harness/services.py), listening on
     `port` when given."""
     with services.process(args, env, Path(args[0]).name) as proc:
         if port is not None:

@@ -19,7 +19,7 @@
    wrk with the same number of connections as clients above), in the same server, one round
    before each convert round, so each ratio's two sides see the machine in the same state.
 
-The stack: exactly as `make run` starts it with DATABASE_URL and REDIS_URL (exchange/stack/make_run.py:
+The stack: exactly as `make run` starts it with DATABASE_URL and REDIS_URL (harness/make_run.py:
 nginx in front of granian and Daphne, the Celery worker and beat - the beat's market tick keeps the
 prices fresh: a price older than 30 s is not quoted), requests through nginx. Fresh database
 `exchange_bench_convert`, Redis db 7 (BENCH_DATABASE_NAME and BENCH_REDIS_DB change them, for a second
@@ -55,8 +55,8 @@ from collections import Counter
 
 from bench import _bench, transfers
 from bench._convert_load import PLAN, Client, LockWaits, convert_round, cpu_by_process, cpu_used
-from exchange.stack.layout import ROOT
-from exchange.stack.make_run import make_run, stack_label
+from harness.layout import ROOT
+from harness.make_run import make_run, stack_label
 
 CLIENTS = transfers.CONNECTIONS  # BENCH_CONNECTIONS (32): as many clients as bench/transfers' connections
 SECONDS = transfers.SECONDS  # BENCH_SECONDS (10)

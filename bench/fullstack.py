@@ -1,5 +1,5 @@
 """The stack a user starts, under load: `make run` with DATABASE_URL and REDIS_URL (nginx in front of
-granian and Daphne, Celery worker and beat; exchange/stack), on a fresh database with the demo
+granian and Daphne, Celery worker and beat; harness), on a fresh database with the demo
 world, driven from outside by this script's own clients (bench/client.py) through nginx's one port.
 
 1. Load: CLIENTS (64) signed keep-alive clients for SECONDS (30), each request with a fresh timestamp
@@ -7,7 +7,7 @@ world, driven from outside by this script's own clients (bench/client.py) throug
    locks both), half of the clients each way. Printed: transfers/s, p50/p99, every status and error
    code the clients saw, HTTP 5xx (from the clients and from nginx's access log: must be 0), the
    PostgreSQL connections of the stack's database sampled every 0.2 s (must stay <= the stack's
-   bound, exchange/stack), and the events of 5 websockets on the peer's listenKey (receipt - `u`).
+   bound, harness), and the events of 5 websockets on the peer's listenKey (receipt - `u`).
 2. One busy account, events: RATE (100) transfers/s master -> peer, sent by 8 clients through nginx
    (so both granian workers commit them and both publish), 5 websockets on the peer's listenKey:
    commit to receipt, p50/p99, from each posting's commit time (PostgreSQL's
@@ -36,10 +36,10 @@ from pathlib import Path
 import psycopg
 
 from bench import _bench
-from exchange.stack import client
-from exchange.stack.layout import Layout
-from exchange.stack.make_run import make_run
-from exchange.stack.services import demo_keys
+from harness import client
+from harness.layout import Layout
+from harness.make_run import make_run
+from harness.services import demo_keys
 
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "64"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "30"))

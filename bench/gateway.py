@@ -12,8 +12,8 @@ import sys
 import time
 
 from bench import _bench
-from exchange.stack.make_run import make_run, stack_label
-from exchange.stack.services import demo_keys
+from harness.make_run import make_run, stack_label
+from harness.services import demo_keys
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "8"))
 ROUNDS = 2

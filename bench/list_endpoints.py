@@ -16,7 +16,7 @@ import statistics
 import time
 
 from bench import _bench, dashboard
-from exchange.stack import client
+from harness import client
 
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "20"))
 PATH = "/openapi/v1/asset/transaction/history"

@@ -59,11 +59,11 @@ from websockets.protocol import State
 from bench import _bench
 from bench import fullstack as fullstack_bench
 from bench._fanout_scripts import COUNTER, POSTER, SETUP
-from exchange.stack import client as stack_client
-from exchange.stack.layout import POOL_WS, ROOT
-from exchange.stack.make_run import make_run, stack_command
-from exchange.stack.ports import free_port
-from exchange.stack.services import demo_keys
+from harness import client as stack_client
+from harness.layout import POOL_WS, ROOT
+from harness.make_run import make_run, stack_command
+from harness.ports import free_port
+from harness.services import demo_keys
 
 CONNECTIONS = [int(n) for n in os.environ.get("BENCH_CONNECTIONS", "1,5,50").split(",") if n]  # "": none
 RATES = [float(r) for r in os.environ.get("BENCH_RATES", "100,200").split(",")]
@@ -100,7 +100,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def daphne(port: int) -> list[str]:
-    """The websocket server exactly as `make run` starts it (exchange/stack), on `port`."""
+    """The websocket server exactly as `make run` starts it (harness), on `port`."""
     args = stack_command("ws")
     args[args.index("-p") + 1] = str(port)
     return args

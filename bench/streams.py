@@ -1,4 +1,4 @@
-"""User data stream on the stack exactly as `make run` starts it (exchange/stack: nginx in front of
+"""User data stream on the stack exactly as `make run` starts it (harness: nginx in front of
 granian and one Daphne, Celery worker and beat, PostgreSQL, Redis channel layer); websockets connect
 through nginx's one port, as clients do.
 
@@ -50,8 +50,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from bench import _bench
-from exchange.stack.layout import ROOT
-from exchange.stack.make_run import make_run
+from harness.layout import ROOT
+from harness.make_run import make_run
 
 CLIENTS = int(os.environ.get("BENCH_CLIENTS", "100"))
 RATE = float(os.environ.get("BENCH_RATE", "200"))

@@ -40,8 +40,8 @@ import time
 from urllib.parse import urlencode
 
 from bench import _bench, transfers
-from exchange.stack.layout import ROOT
-from exchange.stack.make_run import make_run, stack_label
+from harness.layout import ROOT
+from harness.make_run import make_run, stack_label
 
 CLIENTS = transfers.CONNECTIONS
 SECONDS = transfers.SECONDS

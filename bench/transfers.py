@@ -1,7 +1,7 @@
 """Transfers between accounts on the full stack, against pgbench on the same PostgreSQL, in one run.
 
 1. transfers_per_s: signed POST /openapi/transfer/v4/transfers per second through the stack exactly
-   as `make run` starts it with DATABASE_URL and REDIS_URL (exchange/stack: nginx in front of
+   as `make run` starts it with DATABASE_URL and REDIS_URL (harness: nginx in front of
    granian's WSGI interface, one worker per core x STACK_REST_THREADS (6) blocking threads, Daphne,
    Celery worker and beat) + PostgreSQL + Redis (rate limits raised; the streams' fast path publishes
    to Redis after each commit), on a fresh database `exchange_bench_transfers` (Redis db 11;
@@ -44,8 +44,8 @@ import time
 from pathlib import Path
 
 from bench import _bench
-from exchange.stack.layout import ROOT
-from exchange.stack.make_run import make_run, stack_label
+from harness.layout import ROOT
+from harness.make_run import make_run, stack_label
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))

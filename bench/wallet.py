@@ -13,9 +13,9 @@ Rate limits are raised (IP_/UID_WEIGHT_LIMIT_PER_MINUTE); the default limit tier
    running, so the figure is the API alone. Each apply checks whitelist, amount, limits (from the
    journal), holds amount + fee through the ledger and enqueues the settlement task on Redis.
 2. settled_per_s: the queue those applies left behind is drained by ONE worker
-   (`celery -A exchange worker`, prefork, as in the full stack, exchange/stack); rate = (N - 1) / (last SUCCEEDED -
+   (`celery -A exchange worker`, prefork, as in the full stack, harness); rate = (N - 1) / (last SUCCEEDED -
    first SUCCEEDED), from the withdrawals' own timestamps, so worker start-up is not counted.
-   Measured with --concurrency 1 and with --concurrency 2 (the full stack's, exchange/stack), one apply round before
+   Measured with --concurrency 1 and with --concurrency 2 (the full stack's, harness), one apply round before
    each.
 
 Ends with the ledger check and: every withdrawal SUCCEEDED, one settle posting and one chain
@@ -31,8 +31,8 @@ import sys
 import time
 
 from bench import _bench
-from exchange.stack.layout import ROOT
-from exchange.stack.ports import free_port
+from harness.layout import ROOT
+from harness.ports import free_port
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "6"))
 ACCOUNTS = int(os.environ.get("BENCH_ACCOUNTS", "200"))

@@ -2,7 +2,7 @@
 nothing else (issue 35, item 4): a setting added without its line, or a line left behind when its
 setting goes, fails here.
 
-"The service's code" is exchange/ (settings, the stack, the lab) and the apps; the benchmarks'
+"The service's code" is exchange/ (the settings), the apps and harness/ (the stack, the lab); the benchmarks'
 `BENCH_*` knobs (bench/) and the test run's own variables (tests/) are not settings of the service.
 A read is a call whose first argument is an upper-case name: django-environ's `env.str("NAME", ...)`
 (and `.int`, `.bool`, `.float`, `.list`, `.db`, ...), `os.environ.get("NAME")`, `os.environ["NAME"]`,
@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICE = ("exchange", "accounts", "wallet", "convert", "subaccounts", "streams")
+SERVICE = ("exchange", "accounts", "wallet", "convert", "subaccounts", "streams", "harness")
 DOC = ROOT / "docs" / "configuration.md"
 NAME = re.compile(r"[A-Z][A-Z0-9_]*[A-Z0-9]")
 # Names a module passes on to its children or removes from their environment without reading them.
@@ -80,9 +80,9 @@ def test_the_extraction_sees_the_kinds_of_read():
     read = settings_read()
     assert "exchange/settings/base.py" in read["WITHDRAWAL_FOUR_EYES_ABOVE"]  # env.str
     assert "exchange/settings/base.py" in read["RATE_LIMIT_STORAGE_URL"]  # env.str over two lines
-    assert "exchange/stack/layout.py" in read["STACK_WS_PROCESSES"]  # _int_env
-    assert "exchange/stack/layout.py" in read["STACK_BIND"]  # env.get
-    assert "exchange/stack/lab/topology.py" in read["LAB_DIR"]  # os.environ.get
+    assert "harness/layout.py" in read["STACK_WS_PROCESSES"]  # _int_env
+    assert "harness/layout.py" in read["STACK_BIND"]  # env.get
+    assert "harness/lab/topology.py" in read["LAB_DIR"]  # os.environ.get
     assert "DJANGO_SETTINGS_MODULE" in read  # os.environ.get in the demo command
     assert "PYTHONUNBUFFERED" not in read  # setdefault: given to the stack's programs, not read
 

@@ -3,18 +3,19 @@
 `exchange/` is parts, each one line of docs/architecture.md (`PARTS`): the runtime helpers, the
 gateway (`exchange/api`, which imports no app), the back office's staff tools, the platform app
 (business status, label "exchange"), the back office's read side (`exchange/dashboard`, above every
-app), the code that runs the stack, and the wiring. Each part and each app may import only the
-parts listed for it in `MAY_USE`, which is the edges the code has (no allowance goes unused) and
-docs/architecture.md's table: the apps use the low parts (runtime, gateway, staff tools, platform)
-and `accounts`; the one edge between the other apps is subaccounts -> wallet; no app imports
-`streams` to publish; only the dashboard and the wiring see every app (the stack runner imports no
-app, only the gateway's replay-memory keys). Around
-the apps sit the operator tools
-(`scripts/`), the benchmarks (`bench/`) and the tests (`tests/`): they may use every app, no app
-uses them, and of the three only the tests use the other two. This test parses every module of the
-project (the apps, scripts, bench, tests and manage.py) with `ast` (imports inside functions and
-under `if TYPE_CHECKING:` included: a lazy import is still a dependency and still closes a cycle, it
-only hides it until run time) and fails on:
+app), and the wiring. Each part and each app may import only the parts listed for it in `MAY_USE`,
+which is the edges the code has (no allowance goes unused) and docs/architecture.md's table: the
+apps use the low parts (runtime, gateway, staff tools, platform) and `accounts`; the one edge
+between the other apps is subaccounts -> wallet; no app imports `streams` to publish; only the
+dashboard and the wiring see every app. Around the product sit the operator tools (`scripts/`), the
+harness that runs the stack (`harness/`), the benchmarks (`bench/`) and the tests (`tests/`):
+nothing of the product imports them; scripts, bench and tests may use every app; each may use of
+the others only what `OUTER_MAY_USE` lists (the benches and the tests the harness); the
+harness drives the product as processes (HTTP, websocket, SQL, manage.py) and imports of it exactly
+the modules of `HARNESS_IMPORTS`. This test parses every module of the project (the apps, scripts,
+harness, bench, tests and manage.py) with `ast` (imports inside functions and under
+`if TYPE_CHECKING:` included: a lazy import is still a dependency and still closes a cycle, it only
+hides it until run time) and fails on:
 
 - an import cycle between modules;
 - an upward import (see `_upward`).
@@ -28,10 +29,34 @@ import ast
 import re
 from pathlib import Path
 
+from tests.support.import_graph import component, cycles
+
 ROOT = Path(__file__).resolve().parent.parent
 APPS = ("accounts", "wallet", "streams", "exchange", "convert", "subaccounts")
-# The layers above the apps, outermost last: operator tools, benchmarks, tests.
-OUTER = ("scripts", "bench", "tests")
+# The layers around the product, outermost last: operator tools, the harness, benchmarks, tests.
+OUTER = ("scripts", "harness", "bench", "tests")
+# What each of them may import of the others (of the product: every module, but the harness).
+OUTER_MAY_USE: dict[str, frozenset[str]] = {
+    "scripts": frozenset(),
+    "harness": frozenset(),
+    "bench": frozenset({"harness"}),  # the benches start the stack as `make run` does
+    "tests": frozenset({"harness"}),  # no test imports a bench; scripts/ holds no Python module
+}
+# The product's modules the harness imports (module -> who, and why): exactly these, each used. The
+# harness starts the stack and drives it as processes, over HTTP, websocket, SQL and manage.py;
+# docs/architecture.md names the same list.
+HARNESS_IMPORTS = {
+    # harness.services, harness.private, harness.lab.fault: an emptied Redis declared to have seen no
+    # signature (the replay memory's bookkeeping keys, a module without Django)
+    "exchange.api.replay_memory": "the replay memory's keys",
+    # harness.lab.bench_accounts (a process of its own on the lab stack's database): the host fault
+    # run's funded accounts and their keys, through the ledger and the key service
+    "accounts": "bench_accounts: `from accounts import ledger, services`",
+    "accounts.ledger": "bench_accounts: the funding posting",
+    "accounts.ledger.models": "bench_accounts: BusinessType",
+    "accounts.models": "bench_accounts: User, LedgerAccount, SystemRole",
+    "accounts.services": "bench_accounts: api_key_create",
+}
 
 # The project wiring: settings, URL confs, ASGI/WSGI entry points, the Celery app, the project
 # package itself (exchange/__init__.py loads the Celery app) and manage.py necessarily name every
@@ -51,7 +76,6 @@ PARTS = {
     "exchange.backoffice": "backoffice",  # staff tools: audit trail, four eyes, roles, admin parts
     "exchange.platform": "platform",  # the service's own small domain (app label "exchange")
     "exchange.dashboard": "dashboard",  # the back office's read side: dashboard, customer page, site
-    "exchange.stack": "stack",  # the code that runs the stack (the one-harness step of issue 27)
 }
 # What each part or app imports besides itself: exactly the edges the code has (a new edge is a
 # decision, made here and in docs/architecture.md's table, which tests below hold to this one; an
@@ -70,7 +94,6 @@ MAY_USE: dict[str, frozenset[str]] = {
     "dashboard": frozenset(
         {"runtime", "gateway", "platform", "accounts", "wallet", "convert", "subaccounts", "streams"}
     ),
-    "stack": frozenset({"gateway"}),  # it drives the project as processes: no app
 }
 
 # Imports allowed to close a cycle, as (importer, imported). It is empty and should stay so: a
@@ -156,7 +179,8 @@ def _app(module: str) -> str:
 
 
 def _layer(module: str) -> int:
-    """0 for the apps (and manage.py), then 1, 2, 3 for scripts, bench and tests (OUTER's order)."""
+    """0 for the product (the apps and manage.py), then 1, 2, 3, 4 for scripts, harness, bench and
+    tests (OUTER's order)."""
     top = _app(module)
     return OUTER.index(top) + 1 if top in OUTER else 0
 
@@ -177,7 +201,6 @@ def _part(module: str) -> str:
 _WHY = {
     "wiring": "only the project wiring imports the project wiring",
     "streams": "no app imports streams (streams listens; it is never called to publish)",
-    "stack": "no app imports the code that runs the stack",
     "dashboard": "only the wiring imports the back office's read side (it sits above every app)",
     "accounts": "accounts is above the exchange parts and below every other app",
 }
@@ -185,10 +208,16 @@ _WHY = {
 
 def _upward(importer: str, imported: str) -> str | None:
     """Why `importer` may not import `imported`, or None when it may."""
-    outer = _layer(imported)
-    if outer and _app(importer) != _app(imported) and _layer(importer) < len(OUTER):
-        return f"only the tests import {_app(imported)}/ (nothing below them depends on a harness)"
-    if _layer(importer):  # the harnesses run the project: every app and the wiring
+    src_top, dst_top = _app(importer), _app(imported)
+    if _layer(imported) and src_top != dst_top:
+        if not _layer(importer):
+            return f"nothing of the product imports {dst_top}/ (it runs around the product)"
+        if dst_top not in OUTER_MAY_USE[src_top]:
+            return f"{src_top}/ may use of the tools around the product only {sorted(OUTER_MAY_USE[src_top])}"
+        return None
+    if src_top == "harness" and not _layer(imported) and imported not in HARNESS_IMPORTS:
+        return "the harness drives the product as processes: it imports only HARNESS_IMPORTS of it"
+    if _layer(importer):  # scripts, bench and tests run the project: every app and the wiring
         return None
     src, dst = _part(importer), _part(imported)
     if src == dst or src == "wiring":
@@ -198,103 +227,9 @@ def _upward(importer: str, imported: str) -> str | None:
     return _WHY.get(dst, f"{src} may use only {', '.join(sorted(MAY_USE[src])) or 'itself'}")
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle (as a path a -> ... -> a) per strongly connected component with more than one module."""
-    edges = {m: {d for d in deps if (m, d) not in ALLOWED_CYCLE_EDGES} for m, deps in graph.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-    counter = 0
-
-    for root in sorted(edges):
-        if root in index:
-            continue
-        # Iterative Tarjan, so deep graphs do not hit the recursion limit.
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges[child]))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        components.append(sorted(component))
-
-    cycles = []
-    for component in components:
-        members = set(component)
-        start = component[0]
-        # Shortest path from start back to start inside the component.
-        previous: dict[str, str] = {}
-        frontier = [start]
-        seen = {start}
-        end = None
-        while frontier and end is None:
-            following = []
-            for node in frontier:
-                for child in sorted(edges[node] & members):
-                    if child == start:
-                        end = node
-                        break
-                    if child not in seen:
-                        seen.add(child)
-                        previous[child] = node
-                        following.append(child)
-                if end is not None:
-                    break
-            frontier = following
-        path = [start]
-        node = end
-        while node != start:
-            path.append(node)
-            node = previous[node]
-        path.append(start)
-        cycles.append([start, *reversed(path[1:-1]), start] if len(path) > 2 else [start, start])
-    return cycles
-
-
-def _component(graph: dict[str, set[str]], start: str) -> list[str]:
-    """The modules on some cycle through `start` (reachable from it and reaching it back)."""
-
-    def reach(edges: dict[str, set[str]]) -> set[str]:
-        seen, todo = {start}, [start]
-        while todo:
-            for child in edges.get(todo.pop(), ()):
-                if child not in seen:
-                    seen.add(child)
-                    todo.append(child)
-        return seen
-
-    edges = {m: {d for d in deps if (m, d) not in ALLOWED_CYCLE_EDGES} for m, deps in graph.items()}
-    reverse: dict[str, set[str]] = {}
-    for m, deps in edges.items():
-        for d in deps:
-            reverse.setdefault(d, set()).add(m)
-    return sorted(reach(edges) & reach(reverse))
+def _cycle_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph less the edges allowed to close a cycle (none)."""
+    return {m: {d for d in deps if (m, d) not in ALLOWED_CYCLE_EDGES} for m, deps in graph.items()}
 
 
 def test_graph_sees_the_project():
@@ -308,16 +243,21 @@ def test_graph_sees_the_project():
     # scripts, bench (extensionless scripts and the modules they import from bench/) and tests
     assert "wallet.settlement" in graph["tests.wallet.test_withdraw_life"]
     assert "bench._bench" in graph["bench.transfers"]
-    assert "exchange.stack.make_run" in graph["bench.transfers"]
-    assert "exchange.stack.simulation.run" in graph["exchange.stack.management.commands.simulate"]
+    assert "harness.make_run" in graph["bench.transfers"]
+    assert "exchange.api.replay_memory" in graph["harness.services"]
+    # the programs the harness starts are modules: their imports are seen (no program in a string)
+    assert "accounts.ledger" in graph["harness.lab.bench_accounts"]
+    assert "harness.lab.bench_accounts" in graph
+    assert "harness.demo_world" in graph
 
 
 def test_no_import_cycles():
     graph = _graph()
-    cycles = _cycles(graph)
-    assert not cycles, "import cycles:\n" + "\n".join(
-        "  " + " -> ".join(cycle) + f"   (modules in this cycle: {', '.join(_component(graph, cycle[0]))})"
-        for cycle in cycles
+    edges = _cycle_edges(graph)
+    found = cycles(edges)
+    assert not found, "import cycles:\n" + "\n".join(
+        "  " + " -> ".join(cycle) + f"   (modules in this cycle: {', '.join(component(edges, cycle[0]))})"
+        for cycle in found
     )
 
 
@@ -376,7 +316,7 @@ def _is_sys_path(func: ast.expr) -> bool:
 
 def test_nothing_edits_sys_path():
     """Every program runs from the project root with its packages importable as they are (`python -m
-    bench.NAME`, `python -m exchange.stack...`, `manage.py`): a module that puts a directory on
+    bench.NAME`, `python -m harness...`, `manage.py`): a module that puts a directory on
     sys.path hides an import from this test."""
     edits = [
         f"  {module}:{node.lineno}"
@@ -388,7 +328,8 @@ def test_nothing_edits_sys_path():
 
 
 def _part_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """part -> the other parts (and apps) its modules import, below the wiring and the harnesses."""
+    """part -> the other parts (and apps) its modules import, below the wiring and the tools around
+    the product."""
     edges: dict[str, set[str]] = {}
     for importer, deps in graph.items():
         if _layer(importer) or _part(importer) == "wiring":
@@ -431,3 +372,45 @@ def _documented_edges() -> dict[str, frozenset[str]]:
 
 def test_the_architecture_docs_table_is_may_use():
     assert _documented_edges() == MAY_USE
+
+
+def test_nothing_of_the_product_imports_the_harness():
+    """issue 36, item 1: the harness is tooling production does not run. No module of the product
+    (the apps, exchange/, the wiring, manage.py) imports it, and none names it in a string (an
+    INSTALLED_APPS entry, a dotted path to load): production's settings install no harness app."""
+    graph = _graph()
+    imports = sorted((m, d) for m, deps in graph.items() if not _layer(m) for d in deps if _app(d) == "harness")
+    assert not imports, f"the product imports the harness: {imports}"
+    modules = _project_modules()
+    named = sorted(
+        f"{module}:{node.lineno} {node.value!r}"
+        for module, path in modules.items()
+        if not _layer(module)
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value == "harness" or node.value.startswith("harness."))
+    )
+    assert not named, "the product names the harness:\n  " + "\n  ".join(named)
+
+
+def test_the_harness_imports_exactly_its_list_of_the_product():
+    """The harness drives the product as processes; of its code it imports only HARNESS_IMPORTS (an
+    import beyond fails in test_no_upward_imports), and every entry is an import it still makes."""
+    graph = _graph()
+    used = {d for m, deps in graph.items() if _app(m) == "harness" for d in deps if not _layer(d)}
+    listed = set(HARNESS_IMPORTS)
+    assert used == listed, f"not imported any more: {sorted(listed - used)}; not listed: {sorted(used - listed)}"
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    undocumented = [module for module in HARNESS_IMPORTS if f"`{module}`" not in doc]
+    assert not undocumented, f"docs/architecture.md does not name the harness's imports {undocumented}"
+
+
+def test_the_tools_around_the_product_use_each_other_only_as_listed():
+    """bench -> harness, tests -> harness: each allowance an import the code has."""
+    graph = _graph()
+    edges = {
+        (_app(m), _app(d)) for m, deps in graph.items() for d in deps if _layer(m) and _layer(d) and _app(m) != _app(d)
+    }
+    allowed = {(src, dst) for src, dsts in OUTER_MAY_USE.items() for dst in dsts}
+    assert edges == allowed

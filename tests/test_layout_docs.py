@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("exchange", "accounts", "wallet", "convert", "subaccounts", "streams", "scripts")
+PACKAGES = ("exchange", "accounts", "wallet", "convert", "subaccounts", "streams", "scripts", "harness")
 
 
 def _named(doc: str) -> set[str]:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "scripts" / "packages"
-# The code the test run reaches: the apps, the project (exchange/, the harness exchange/stack
-# included), the tests. bench/ is `make bench`'s (its wrk is optional: it says so and goes on).
-SOURCES = ("accounts", "convert", "exchange", "streams", "subaccounts", "wallet", "tests", "manage.py")
+# The code the test run reaches: the apps, the project (exchange/), the harness (harness/), the
+# tests. bench/ is `make bench`'s (its wrk is optional: it says so and goes on).
+SOURCES = ("accounts", "convert", "exchange", "harness", "streams", "subaccounts", "wallet", "tests", "manage.py")
 # The lab's code (`make lab-test`): its programs may come from lab.txt too.
-LAB_CODE = ("exchange/stack/lab/", "exchange/stack/simulation/lab.py")
+LAB_CODE = ("harness/lab/", "harness/simulation/lab.py")
 
 ESSENTIAL = "(Debian's essential packages)"
 VENV = "(the virtualenv: requirements.txt, or the lab's Patroni virtualenv)"
@@ -60,7 +60,7 @@ PROGRAMS = {
     "supervisord": VENV,
     "supervisorctl": VENV,
     "patroni": VENV,
-    "policy-rc.d": NOT_A_PROGRAM,  # written by scripts/install-packages.sh and exchange/stack/nginx.py
+    "policy-rc.d": NOT_A_PROGRAM,  # written by scripts/install-packages.sh and harness/nginx.py
 }
 # Programs the machine has before `make test` can run at all (it is a Makefile: make is there).
 PRESENT = {"make"}

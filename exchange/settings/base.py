@@ -38,7 +38,7 @@ RATE_LIMIT_BAN_MIN_SECONDS = env.int("RATE_LIMIT_BAN_MIN_SECONDS", default=120)
 RATE_LIMIT_BAN_MAX_SECONDS = env.int("RATE_LIMIT_BAN_MAX_SECONDS", default=3 * 24 * 3600)
 LISTEN_KEY_TTL_SECONDS = env.int("LISTEN_KEY_TTL_SECONDS", default=3600)
 LISTEN_KEY_CREATE_LIMIT_PER_HOUR = env.int("LISTEN_KEY_CREATE_LIMIT_PER_HOUR", default=60)
-# Request size (docs/api.md, "Request size"; nginx in exchange/stack refuses the same earlier): a
+# Request size (docs/api.md, "Request size"; nginx in harness/, the full stack, refuses the same earlier): a
 # signed /openapi/ request's body and query string; Django's own bound on any body it reads (the
 # admin's forms included) and on the fields of a form it parses.
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=16 * 1024)
@@ -132,7 +132,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
-    "exchange.stack.apps.StackConfig",  # the code that runs the stack: only its `simulate` command (label "stack")
     "exchange.platform",  # app label "exchange": business status, and every model labelled so
     "exchange.backoffice",  # staff tools: audit trail, four-eyes changes, roles, the admin's safety
     "accounts",

@@ -243,7 +243,7 @@ def test_apikey_disable_of_an_unknown_key_fails():
 
 
 def test_demo_customers_for_the_simulation():
-    """`demo --customers K` (exchange/stack/simulation's world): K masters with a sub-account each, keys for
+    """`demo --customers K` (harness/simulation's world): K masters with a sub-account each, keys for
     both, funded through the ledger, their withdrawals whitelisted; idempotent like the rest."""
     world = json.loads(run("demo", "--json", "--customers", "3"))
     assert len(world["customers"]) == 3

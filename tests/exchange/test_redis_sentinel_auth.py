@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
-from exchange.stack.ports import HOST, free_port, wait_for_port
+from harness.ports import HOST, free_port, wait_for_port
 
 REDIS_PASSWORD = "redis-pw"  # a test server on a free port
 SENTINEL_PASSWORD = "sentinel-pw"

@@ -21,8 +21,8 @@ from exchange.api.ratelimit import (
     RestartWatch,
 )
 from exchange.api.ratelimit.storage import _storage_for
-from exchange.stack.ports import free_port
-from exchange.stack.private import PrivateRedis
+from harness.ports import free_port
+from harness.private import PrivateRedis
 
 SIGNED_WRITE = {"ip_limit": 1000, "uid_limit": 1000, "signature_seconds": 60}
 

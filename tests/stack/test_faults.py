@@ -1,5 +1,5 @@
-"""The full stack under faults (issue 16, item 4): exchange/stack/chaos's driver starts a private
-PostgreSQL cluster and a private Redis (AOF), the stack exactly as `make run` does (exchange/stack:
+"""The full stack under faults (issue 16, item 4): harness/chaos's driver starts a private
+PostgreSQL cluster and a private Redis (AOF), the stack exactly as `make run` does (harness:
 nginx, granian, Daphne, Celery worker and beat), runs signed transfer clients, websockets, withdrawals
 and fund collections through nginx, and meanwhile restarts Redis, restarts PostgreSQL and SIGKILLs
 the Celery worker's pool children and, once, the whole worker. This test runs it and asserts on its
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from exchange.stack.chaos.run import run as run_chaos
+from harness.chaos.run import run as run_chaos
 
 
 def _missing_services() -> str | None:

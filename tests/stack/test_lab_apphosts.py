@@ -1,5 +1,5 @@
 """The lab's application hosts (docs/scaling.md) without the lab (it needs root and namespaces:
-`python -m exchange.stack.lab hostfault` runs it): the lab's and the app hosts' supervisord for real
+`python -m harness.lab hostfault` runs it): the lab's and the app hosts' supervisord for real
 over stand-in programs (a killed app-host program started again, its beat left for the lab to start,
 a killed lab program left down), with the configuration their `start` writes; the rest is the
 configuration's text and settings, named as such (HAProxy running that configuration:
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from exchange.stack.lab import apphosts, cluster, topology
-from exchange.stack.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT
-from exchange.stack.programs import Program
+from harness.lab import apphosts, cluster, topology
+from harness.lab.topology import APP_HOSTS, APP_REST_PORT, APP_WS_PORT
+from harness.programs import Program
 from tests.support.waiting import wait_until
 
 
@@ -158,7 +158,7 @@ def test_redbeat_through_sentinel_and_the_default_beat_unchanged():
 def test_haproxy_configuration_sets_its_own_source_address_and_the_hosts_trust_only_it():
     """HAProxy dials the hosts from an address of its own; the machine's other processes (the bridge's
     primary address) reaching a host directly are not believed when they send X-Forwarded-For."""
-    from exchange.stack.lab.topology import GATEWAY, PROXY_ADDRESS
+    from harness.lab.topology import GATEWAY, PROXY_ADDRESS
 
     cfg = apphosts.haproxy_cfg(18000, APP_HOSTS)
     assert f"source {PROXY_ADDRESS} " in cfg
@@ -251,7 +251,7 @@ def test_a_refused_runtime_command_is_an_error_and_up_means_up_in_both_backends(
 
 
 def test_a_transfer_left_unanswered_or_made_twice_fails_and_a_retry_duplicate_counts_once():
-    from exchange.stack.lab.hostfault import DUPLICATE, Sent, judge_transfers
+    from harness.lab.hostfault import DUPLICATE, Sent, judge_transfers
 
     book = {"lab-h0": ["10"], "lab-h1": ["11"], "lab-h3": ["13", "14"], "lab-h5": ["15"]}
     ok = [
@@ -280,8 +280,8 @@ def test_a_transfer_left_unanswered_or_made_twice_fails_and_a_retry_duplicate_co
 def test_the_lab_simulation_draws_an_app_host_kill_and_drops_connections_on_its_own_database():
     import inspect
 
-    from exchange.stack.simulation import faults
-    from exchange.stack.simulation.lab import LAB_FAULTS, OWN_FAULTS, LabSimulation, lab_fault_plan
+    from harness.simulation import faults
+    from harness.simulation.lab import LAB_FAULTS, OWN_FAULTS, LabSimulation, lab_fault_plan
 
     assert "app-kill" in LAB_FAULTS
     assert "connections_dropped" in OWN_FAULTS
@@ -295,7 +295,7 @@ def test_the_lab_simulation_draws_an_app_host_kill_and_drops_connections_on_its_
 
 
 def test_the_beat_watch_counts_a_period_run_twice_but_not_its_own_first_reading():
-    from exchange.stack.lab.hostfault import Heights
+    from harness.lab.hostfault import Heights
 
     heights = Heights(None)
     # the watch began at 100.0 (count 7) and the next run came 0.1 s later: one run each second after
@@ -307,25 +307,23 @@ def test_the_beat_watch_counts_a_period_run_twice_but_not_its_own_first_reading(
 
 
 def test_only_haproxys_502_for_a_request_on_a_killed_app_host_is_spared_by_the_lab_simulation():
-    from exchange.stack.chaos.records import Answer
-    from exchange.stack.simulation.lab import LabSimulation
+    from harness.chaos.records import Answer
+    from harness.simulation.lab import judge_answers
 
-    sim = LabSimulation.__new__(LabSimulation)  # the check alone: no stack
-    sim.app_kills = [(10.0, 10.2)]  # the kill began at 10.0, its last SIGKILL at 10.2
-    sim.t0 = 0.0
-    sim.answers = [
+    kills = [(10.0, 10.2)]  # the kill began at 10.0, its last SIGKILL at 10.2
+    answers = [
         Answer("universal", "s28-u48", "c2", 9.9, 10.4, 502),  # in flight at the kill: HAProxy's page
         Answer("transfer", "s28-t1", "c1", 9.0, 9.1, 200),
         Answer("convert", "cycle-1", "cycler", 10.1, 10.3, 502),  # sent while the pids were being killed
     ]
-    check = sim.check_answers()
+    check = judge_answers(answers, kills, 0.0)
     assert check.ok, check.detail
     assert "in flight on an app host killed (+10.00 s): {502/None: 2}" in check.detail
-    sim.answers += [
+    answers += [
         Answer("transfer", "s28-t2", "c1", 12.0, 12.1, 502),  # after the kill: not spared
         Answer("transfer", "s28-t3", "c1", 9.9, 10.4, 500, code=-1000),  # the service's own 500: never
     ]
-    check = sim.check_answers()
+    check = judge_answers(answers, kills, 0.0)
     assert not check.ok
     broken = check.detail.split("BREAKING THE RULES")[1]
     assert "s28-t2" in broken

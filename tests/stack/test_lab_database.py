@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
-from exchange.stack.lab import config, suite, topology
-from exchange.stack.lab.topology import DB_HOSTS
+from harness.lab import config, suite, topology
+from harness.lab.topology import DB_HOSTS
 
 
 def test_the_application_connects_as_its_own_role_not_the_superuser():
@@ -43,6 +43,8 @@ def test_patroni_is_the_pinned_release_with_the_leader_key_fix_and_the_protectio
     assert (major, minor) < (3, 2)  # 3.2 raises ttl to at least 20 s: the killed primary's window doubles
     args = config.patroni_args(DB_HOSTS[1])
     assert args[-2] == str(topology.PATRONI_VENV / "bin" / "patroni")
+    # etcd_wait.py, a module (not a `python -c` string), copied into the host's directory by write_files
+    assert args[:2] == [config.SYSTEM_PYTHON, str(DB_HOSTS[1].dir / "etcd_wait.py")]
     assert "/usr/bin/patroni" not in " ".join(args)  # not Debian's 3.0.2
     conf = json.loads(config.patroni_yml(DB_HOSTS[1]))
     dcs = conf["bootstrap"]["dcs"]

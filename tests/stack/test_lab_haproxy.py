@@ -1,4 +1,4 @@
-"""The lab's HAProxy (exchange/stack/lab/apphosts.py) for real, with the configuration the lab writes,
+"""The lab's HAProxy (harness/lab/apphosts.py) for real, with the configuration the lab writes,
 in front of the application (pytest-django's live server) instead of the app hosts, without the lab's
 namespaces: the client's address is the one HAProxy saw, whatever X-Forwarded-For or X-Real-IP the
 client sent, on the REST and the websocket paths, so an API key restricted to an address cannot be
@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from exchange.stack.client import Signer
-from exchange.stack.lab import apphosts
-from exchange.stack.lab.topology import Host
-from exchange.stack.nginx import NGINX_REFUSALS
-from exchange.stack.ports import HOST, free_port
+from harness.client import Signer
+from harness.lab import apphosts
+from harness.lab.topology import Host
+from harness.nginx import NGINX_REFUSALS
+from harness.ports import HOST, free_port
 
 pytestmark = pytest.mark.skipif(not shutil.which("haproxy"), reason="Debian's haproxy is not installed")
 

@@ -1,5 +1,5 @@
 """What a client may send, through the stack's front (issue 18, item 4): nginx, granian and Daphne
-started with exchange/stack's own configuration (nginx_conf, programs, supervisord) on a private database.
+started with harness's own configuration (nginx_conf, programs, supervisord) on a private database.
 
 - an oversized body (413), header (400), request line (414): each the JSON envelope -1010 from
   nginx, the backend never sees it; a body just under the bound passes;
@@ -22,10 +22,10 @@ import requests
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from exchange.stack.layout import Layout
-from exchange.stack.layout import stack_env as full_stack_env
-from exchange.stack.run import prepare
-from exchange.stack.supervisor import Supervisor
+from harness.layout import Layout
+from harness.layout import stack_env as full_stack_env
+from harness.run import prepare
+from harness.supervisor import Supervisor
 from tests.support.stack import (
     FULLSTACK_DB_NAME,
     FULLSTACK_REDIS_DB,

@@ -1,4 +1,4 @@
-"""The seeded simulation (issue 18, item 6): `manage.py simulate` runs exchange/stack/simulation, which
+"""The seeded simulation (issue 18, item 6): `python -m harness.simulation` runs harness/simulation, which
 starts a private PostgreSQL and Redis and the stack exactly as `make run` does, drives random
 customers through every flow while faults are injected, and checks at the end: the ledger check, every
 balance equal to what the clients were acknowledged, every stream complete and in order, and every
@@ -6,24 +6,24 @@ answer within the rules (a client id sent again, a replayed signature, an expire
 restricted key refused), the house's convert P&L and the cycle customer's returns (issue 25).
 
 make test runs a short seed (SIMULATION_SEED, default 18; SIMULATION_MINUTES, default 1.0: the
-shortest in which seed 18 meets every fault and every flow) through the management command;
+shortest in which seed 18 meets every fault and every flow) through its command line, as a process;
 the schedule's determinism is tested without a stack."""
 
 from __future__ import annotations
 
-import io
 import itertools
 import os
 import re
+import subprocess
 import sys
 from decimal import ROUND_DOWN, Decimal
 
 import pytest
-from django.core.management import CommandError, call_command
 
-from exchange.stack.simulation import cycles
-from exchange.stack.simulation import plan as simulate
+from harness.simulation import cycles
+from harness.simulation import plan as simulate
 from tests.stack.test_faults import require_servers
+from tests.support.stack import PYTHON, ROOT
 
 MAKE_TEST_MINUTES = 1.0  # the run make test makes; the schedule test below shows it meets every kind of fault
 
@@ -124,24 +124,42 @@ def test_the_cycle_check_refuses_a_cycle_richer_than_the_market_moved():
     assert not verdict.ok
 
 
+def _simulate(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`python -m harness.simulation ARGS` from the project root, as an operator runs it."""
+    return subprocess.run(  # noqa: S603 - this interpreter, the project's own module
+        [PYTHON, "-m", "harness.simulation", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
 def test_the_command_refuses_nonsense_arguments():
-    with pytest.raises(CommandError):
-        call_command("simulate", "--seed", "1", "--minutes", "0")
+    for args in (("--seed", "1", "--minutes", "0"), ("--seed", "1", "--customers", "0"), ("--minutes", "1")):
+        done = _simulate(*args)
+        assert done.returncode == 2, done
+        assert "usage: python -m harness.simulation" in done.stderr, done.stderr
+    assert "--minutes must be positive and --customers at least 1" in _simulate("--seed", "1", "--minutes", "0").stderr
+
+
+def test_the_simulation_is_no_command_of_the_service():
+    """Tooling, not the product: production's settings install no harness app, so manage.py has no
+    `simulate` (the harness's own command line runs it)."""
+    done = subprocess.run(  # noqa: S603 - this interpreter, the project's manage.py
+        [PYTHON, "manage.py", "help", "simulate"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "Unknown command: 'simulate'" in done.stderr, done.stderr
 
 
 @pytest.mark.soak
 @pytest.mark.timeout(900)
 def test_a_short_seeded_simulation_keeps_every_rule():
     require_servers()
-    out = io.StringIO()
     seed = int(os.environ.get("SIMULATION_SEED", "18"))
     minutes = os.environ.get("SIMULATION_MINUTES", str(MAKE_TEST_MINUTES))
-    try:
-        call_command("simulate", "--seed", str(seed), "--minutes", minutes, stdout=out)
-    except CommandError:
-        pytest.fail(out.getvalue())
-    report = out.getvalue()
+    done = _simulate("--seed", str(seed), "--minutes", minutes, timeout=870)
+    report = done.stdout
     sys.stdout.write(report)  # pytest -s shows the run
+    if done.returncode != 0:
+        pytest.fail(f"exit status {done.returncode}\n{report}\n{done.stderr[-3000:]}")
     assert "RESULT: ok" in report, report
     for check in ("ledger_check", "balances", "streams", "answers", "convert_pnl", "cycles"):
         assert f"ok     {check}:" in report, report

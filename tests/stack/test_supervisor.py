@@ -1,4 +1,4 @@
-"""What the stack needs of supervisord (exchange/stack/supervisor.py), shown on two small programs:
+"""What the stack needs of supervisord (harness/supervisor.py), shown on two small programs:
 they start and listen, each one's output is named, one killed (SIGKILL to its process group, as the
 fault tests do) is started again with another pid and counted, and a stop (SIGTERM, as Ctrl-C)
 leaves no process behind."""
@@ -10,9 +10,9 @@ import signal
 import sys
 import time
 
-from exchange.stack.ports import free_port, listening
-from exchange.stack.programs import Program
-from exchange.stack.supervisor import Supervisor
+from harness.ports import free_port, listening
+from harness.programs import Program
+from harness.supervisor import Supervisor
 
 
 def _alive(pid: int) -> bool:

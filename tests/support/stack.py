@@ -1,11 +1,11 @@
-"""The pytest side of the harness (exchange/stack): the tests that start real processes
+"""The pytest side of the harness (harness): the tests that start real processes
 (tests/streams/test_full_stack.py, tests/streams/test_revocation_full_stack.py,
 tests/wallet/test_worker_crash.py, tests/stack/...) fail, never skip, without PostgreSQL and Redis;
 each module names its own database and Redis database on the servers the test run uses, per
 pytest-xdist worker (exchange/settings/testnames.py; the environment's names are overrides, so that
 runs sharing one PostgreSQL and Redis do not collide); the migrated demo world built once per run and
 copied into a module's database (`load_demo`); a Daphne server for the streams' tests. Everything else
-(private databases, manage.py, processes that are always stopped, free ports) is exchange/stack's,
+(private databases, manage.py, processes that are always stopped, free ports) is harness's,
 re-exported here for the tests.
 """
 
@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 from exchange.settings import testnames
-from exchange.stack import services
-from exchange.stack.layout import ROOT
-from exchange.stack.ports import free_port
-from exchange.stack.ports import wait_for_port as _wait_for_port
-from exchange.stack.services import PYTHON, Proc, manage, process
+from harness import services
+from harness.layout import ROOT
+from harness.ports import free_port
+from harness.ports import wait_for_port as _wait_for_port
+from harness.services import PYTHON, Proc, manage, process
 
 __all__ = ("PYTHON", "ROOT", "Proc", "free_port", "load_demo", "manage", "process")
 
@@ -255,7 +255,7 @@ def daphne(
     port = free_port()
     args = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
     args += ["--ping-interval", str(ping_interval), "--ping-timeout", str(ping_timeout)]
-    # As exchange/stack/programs.py: a storm of handshakes may take the app longer than Daphne's 5 s default.
+    # As harness/programs.py: a storm of handshakes may take the app longer than Daphne's 5 s default.
     args += ["--websocket_connect_timeout", "30", "exchange.asgi:application"]
     with process(args, env, "daphne") as proc:
         wait_for_port(port, proc)

@@ -25,7 +25,7 @@ class Command(BaseCommand):
             "--customers",
             type=int,
             default=0,
-            help="Also K simulation customers (a master with a virtual sub-account each; exchange/stack/simulation).",
+            help="Also K simulation customers (a master with a virtual sub-account each; harness/simulation).",
         )
 
     def handle(self, *args, **options):

@@ -1,0 +1,7 @@
+"""`python -m harness.simulation --seed N [--minutes M] [--customers K] [--keep] [--lab]` (run.main)."""
+
+import sys
+
+from harness.simulation.run import main
+
+sys.exit(main())
