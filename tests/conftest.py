@@ -102,6 +102,14 @@ def _name_the_connection(sender, connection, **kwargs):
             cursor.execute("SELECT set_config('application_name', %s, false)", [name])
 
 
+def pytest_configure(config):
+    """Under xdist the controller gives its workers its own run id (`--testrunuid`, which the workers
+    see as PYTEST_XDIST_TESTRUNUID): the demo template the workers build is marked with it, and the
+    controller, which drops the template at the end, recognises it as its run's."""
+    if not testnames.worker() and hasattr(config.option, "testrunuid") and config.option.testrunuid is None:
+        config.option.testrunuid = stack.RUN_ID
+
+
 def pytest_sessionfinish(session):
     if not testnames.worker():  # the xdist controller, or the only process: every worker is done
         stack.drop_demo_template()

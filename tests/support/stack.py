@@ -171,11 +171,20 @@ def demo_template(redis_url: str) -> tuple[str, dict]:
 
 
 def drop_demo_template() -> None:
-    """At the end of the run (the xdist controller, or the only process): the template goes."""
+    """At the end of the run (the xdist controller, or the only process): the template goes, if this
+    run built it (its mark names the run's id). A pytest that a test starts inside the run (e.g.
+    tests/test_skips.py's) has a run id of its own and leaves the outer run's template alone: it
+    used to drop it, and the outer run's later modules then failed on "template ... does not exist"."""
     from psycopg import sql
 
     with contextlib.suppress(Exception), _admin() as admin:
-        if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DEMO_TEMPLATE]).fetchone():
+        row = admin.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s", [DEMO_TEMPLATE]
+        ).fetchone()
+        mark = None
+        with contextlib.suppress(TypeError, ValueError, KeyError):
+            mark = json.loads(row[0])["run"]
+        if row is not None and mark == RUN_ID:
             name = sql.Identifier(DEMO_TEMPLATE)
             admin.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(name))
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(name))
