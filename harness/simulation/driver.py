@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness import client
 from harness.chaos.records import now
-from harness.private import PrivateStack
+from harness.private import OnAStack
 from harness.simulation.checks import EndChecks
 from harness.simulation.cycles import Cycle, CycleCustomer
 from harness.simulation.faults import Faults
@@ -20,7 +20,7 @@ from harness.simulation.plan import Op, Window, digest, schedule
 from harness.simulation.settle import Settle
 
 
-class Simulation(Flows, Faults, Settle, EndChecks, CycleCustomer, PrivateStack):
+class Simulation(Flows, Faults, Settle, EndChecks, CycleCustomer, OnAStack):
     def __init__(self, seed: int, minutes: float, customers: int, out) -> None:
         self.seed, self.minutes, self.customers, self.out = seed, minutes, customers, out
         self.ops, self.fault_plan = schedule(seed, minutes, customers)

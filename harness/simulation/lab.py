@@ -17,7 +17,7 @@ import random
 
 from harness.chaos.records import Answer, Check, Fault, now, tally
 from harness.lab import apphosts, cluster, topology
-from harness.lab.fault import OnTheLab, redis_client
+from harness.lab.fault import LabStack, redis_client
 from harness.lab.hostfault import Heights
 from harness.simulation.driver import Simulation
 from harness.simulation.plan import FIRST_FAULT_SECONDS, QUIET_END_SECONDS
@@ -70,8 +70,11 @@ def judge_answers(answers: list[Answer], kills: list[tuple[float, float]], t0: f
     return Check("answers", not breaking, detail)
 
 
-class LabSimulation(OnTheLab, Simulation):
+class LabSimulation(Simulation):
     on_app_hosts = True
+
+    def new_stack(self, base):
+        return LabStack(base, on_app_hosts=self.on_app_hosts)
 
     def __init__(self, seed: int, minutes: float, customers: int, out) -> None:
         super().__init__(seed, minutes, customers, out)
@@ -85,7 +88,7 @@ class LabSimulation(OnTheLab, Simulation):
 
     def describe(self) -> str:
         return (
-            f"stack on app1 and app2 behind HAProxy, port {self.port}, beat-{self.beat_host.name} holding "
+            f"stack on app1 and app2 behind HAProxy, port {self.port}, beat-{self.stack.beat_host.name} holding "
             f"RedBeat's lock: PostgreSQL primary {cluster.pg_leader().name} (Patroni), "
             f"Redis primary {cluster.redis_primary()} (Sentinel); faults {[n for _, n in self.fault_plan]}"
         )
@@ -125,7 +128,7 @@ class LabSimulation(OnTheLab, Simulation):
         """SIGKILL to every process of the app host holding RedBeat's lock (its websockets, its requests
         in flight, its worker's task); the other host's beat takes the lock over; the host brought back
         (its programs started, healthy on HAProxy) after a seeded time away."""
-        victim = self.beat_host
+        victim = self.stack.beat_host
         other = next(h for h in topology.APP_HOSTS if h != victim)
         away = random.Random(self.seed + len(self.faults)).uniform(*APP_AWAY_SECONDS)  # noqa: S311 - not a secret
         heights = Heights(redis_client())
@@ -135,7 +138,7 @@ class LabSimulation(OnTheLab, Simulation):
         killed_at = now()  # time.monotonic(), as Heights' clock
         count = await asyncio.to_thread(apphosts.kill_host, self.supervisor, victim)
         self.app_kills.append((killed_at, now()))  # from before the pids are listed until the last SIGKILL
-        self.beat_host = other
+        self.stack.beat_moved(other)
         fault.steps.append(f"SIGKILL to every process on {victim.name} (RedBeat's holder): {count}")
         await asyncio.sleep(away)
         heights.stop.set()
