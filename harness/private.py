@@ -314,30 +314,3 @@ class PrivateStack(Stack):
         for step in (lambda: self.redis.destroy(), lambda: self.pg.destroy()):
             with contextlib.suppress(Exception):
                 step()
-
-
-class OnAStack:
-    """The simulation's hold on its stack (`self.stack`, made by `new_stack`): the stack's public face
-    read through, for the simulation's parts (flows, faults, settle, checks)."""
-
-    def new_stack(self, base: Path) -> Stack:
-        return PrivateStack(base)
-
-    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
-        self.stack = self.new_stack(base)
-        return self.stack.start(database, *demo_args, **env)
-
-    port = property(lambda self: self.stack.port)
-    run_dir = property(lambda self: self.stack.run_dir)
-    env = property(lambda self: self.stack.env)
-    book = property(lambda self: self.stack.book)
-    layout = property(lambda self: self.stack.layout)
-    supervisor = property(lambda self: self.stack.supervisor)
-    pg = property(lambda self: self.stack.pg)
-    redis = property(lambda self: self.stack.redis)
-
-    def describe(self) -> str:
-        return self.stack.describe()
-
-    def stop(self) -> None:
-        self.stack.stop()
