@@ -234,23 +234,28 @@ class Book:
                 self._conn.close()
 
 
-class PrivateStack:
-    """Private PostgreSQL and Redis (AOF), migrated and loaded with `manage.py demo`, and the stack
-    exactly as `make run` starts it (nginx, granian, Daphne, Celery worker and beat) on a free block
-    of ports: what the fault script and the simulation (harness/simulation) both drive."""
+class Stack:
+    """What a run drives, wherever it runs: `start` brings it up and answers the demo world; then its
+    public face: `port` (the one port the clients use), `env` (the programs' environment, with
+    DATABASE_URL and REDIS_URL), `run_dir`, `book` (its database), `layout` and `supervisor` (its
+    programs, a program's pid, their restarts); `describe` and `stop`. Two of them: PrivateStack (private
+    servers) and the lab's (harness/lab/fault.py: LabStack)."""
 
-    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
-        """Everything up; the demo world `manage.py demo <demo_args>` printed (its last line, JSON)."""
-        self.base = base
-        self.pg = PrivatePostgres(base, free_port())
-        self.pg.init()
-        self.pg.start()
-        self.pg.create_database(database)
-        self.redis = PrivateRedis(base, free_port())
-        self.redis.start()
-        # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit/replay.py).
-        declare_complete(self.redis.client())
-        return self.launch(base / "stack", self.pg.url(database), self.redis.url, *demo_args, **env)
+    port: int
+    run_dir: Path
+    env: dict[str, str]
+    book: Book
+    layout: Layout
+    supervisor: Supervisor
+
+    def start(self, database: str, *demo_args: str, **env: str) -> dict:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
     def launch(self, run_dir: Path, database_url: str, redis_url: str, *demo_args: str, **env: str) -> dict:
         """The stack on `database_url` and `redis_url` (migrated, `manage.py demo <demo_args>` loaded) on
@@ -267,6 +272,36 @@ class PrivateStack:
         self.supervisor.start()
         return json.loads(done.stdout.strip().splitlines()[-1])
 
+    def stop_programs(self) -> None:
+        """The stack's programs stopped and the book closed (the servers they ran on left as they are)."""
+        for step in (lambda: self.supervisor.stop(), lambda: self.book.close()):
+            with contextlib.suppress(Exception):
+                step()
+
+
+class PrivateStack(Stack):
+    """Private PostgreSQL (`pg`) and Redis (`redis`, AOF) in `base`, migrated and loaded with `manage.py
+    demo`, and the stack exactly as `make run` starts it (nginx, granian, Daphne, Celery worker and
+    beat) on a free block of ports: what the fault script and the simulation (harness/simulation) both
+    drive; their faults restart `pg` and `redis`."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.pg: PrivatePostgres | None = None
+        self.redis: PrivateRedis | None = None
+
+    def start(self, database: str, *demo_args: str, **env: str) -> dict:
+        """Everything up; the demo world `manage.py demo <demo_args>` printed (its last line, JSON)."""
+        self.pg = PrivatePostgres(self.base, free_port())
+        self.pg.init()
+        self.pg.start()
+        self.pg.create_database(database)
+        self.redis = PrivateRedis(self.base, free_port())
+        self.redis.start()
+        # Empty, the store has seen no signature: its replay memory is complete (exchange/api/ratelimit/replay.py).
+        declare_complete(self.redis.client())
+        return self.launch(self.base / "stack", self.pg.url(database), self.redis.url, *demo_args, **env)
+
     def describe(self) -> str:
         return (
             f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
@@ -277,11 +312,5 @@ class PrivateStack:
     def stop(self) -> None:
         self.stop_programs()
         for step in (lambda: self.redis.destroy(), lambda: self.pg.destroy()):
-            with contextlib.suppress(Exception):
-                step()
-
-    def stop_programs(self) -> None:
-        """The stack's programs stopped and the book closed (the servers they ran on left as they are)."""
-        for step in (lambda: self.supervisor.stop(), lambda: self.book.close()):
             with contextlib.suppress(Exception):
                 step()

@@ -8,8 +8,10 @@ worker), one after the other in a seeded order.
 
 tests/stack/test_faults.py runs the same driver (`run()`) and asserts on its result. Modules: records
 (what the clients saw, the faults, the checks' results), load (the clients), faults (the faults),
-driver (the run's timeline), checks (the final checks), report, run (`run()` and the command line).
-The private services and the stack are harness/private.py's.
+driver (the run's timeline: `Chaos`, composed of the stack it is given, the record, the load and the
+faults), checks (the final checks), report, run (`run()` and the command line). The private services
+and the stack (`PrivateStack`) are harness/private.py's; the lab's fault runs give `Chaos` the lab's
+stack instead (harness/lab/bank.py).
 
 1. Services of its own, so that restarting them disturbs nobody: `initdb` into a temporary directory
    as the `postgres` OS user (`runuser -u postgres --`; the newest /usr/lib/postgresql/<v>/bin), on a

@@ -82,8 +82,8 @@ def judge_segment(positions: list[dict], segment: Segment) -> None:
 
 
 def check_transfers(chaos) -> Check:
-    sent = [a for a in chaos.answers if a.kind == "transfer"]
-    rows = chaos.book.rows(
+    sent = [a for a in chaos.record.answers if a.kind == "transfer"]
+    rows = chaos.stack.book.rows(
         "SELECT client_transfer_id, id FROM wallet_transfer WHERE client_transfer_id LIKE %s", [f"chaos{chaos.seed}-t%"]
     )
     in_db: dict[str, list[str]] = {}
@@ -102,7 +102,7 @@ def check_transfers(chaos) -> Check:
     done = not_done = 0
     for a in unknown:
         count = len(in_db.get(a.ident, []))
-        asked = chaos.resolved.get(a.ident)
+        asked = chaos.record.resolved.get(a.ident)
         if asked is None:
             bad.append(f"{a.ident} ({a.label}): the query by client_transfer_id got no answer")
         elif asked != count or count > 1:
@@ -128,17 +128,18 @@ def check_transfers(chaos) -> Check:
 
 
 def check_withdrawals(chaos) -> Check:
-    sent = [a for a in chaos.answers if a.kind == "withdrawal"]
-    rows = chaos.book.rows(
+    sent = [a for a in chaos.record.answers if a.kind == "withdrawal"]
+    rows = chaos.stack.book.rows(
         "SELECT withdraw_order_id, id, stage, attempts FROM wallet_withdrawal WHERE withdraw_order_id LIKE %s",
         [f"cw{chaos.seed}-%"],
     )
     by_ident = {ident: (str(pk), stage, attempts) for ident, pk, stage, attempts in rows}
     references: dict[str, list[str]] = {}
-    for (reference,) in chaos.book.rows("SELECT reference FROM accounts_posting WHERE reference LIKE 'withdrawal:%'"):
+    book = chaos.stack.book
+    for (reference,) in book.rows("SELECT reference FROM accounts_posting WHERE reference LIKE 'withdrawal:%'"):
         references.setdefault(reference.split(":")[1], []).append(reference.split(":")[2])
     broadcasts = dict(
-        chaos.book.rows(
+        chaos.stack.book.rows(
             "SELECT client_reference, count(*) FROM wallet_simtransaction WHERE client_reference LIKE 'withdrawal:%'"
             " GROUP BY client_reference"
         )
@@ -175,22 +176,23 @@ def check_withdrawals(chaos) -> Check:
 
 
 def check_collections(chaos) -> Check:
-    sent = [a for a in chaos.answers if a.kind == "collection"]
-    moved = [a for a in chaos.answers if a.kind == "universal"]
-    rows = chaos.book.rows(
+    sent = [a for a in chaos.record.answers if a.kind == "collection"]
+    moved = [a for a in chaos.record.answers if a.kind == "universal"]
+    rows = chaos.stack.book.rows(
         "SELECT client_request_id, id, status, attempts FROM subaccounts_fundcollection"
         " WHERE client_request_id LIKE %s",
         [f"chaos{chaos.seed}-c%"],
     )
     by_ident = {ident: (pk, status, attempts) for ident, pk, status, attempts in rows}
-    subs = chaos.book.one("SELECT count(*) FROM accounts_user WHERE master_id = %s", [chaos.ids["master"]])[0]
+    book = chaos.stack.book
+    subs = book.one("SELECT count(*) FROM accounts_user WHERE master_id = %s", [chaos.load.ids["master"]])[0]
     outcomes: dict[int, list[tuple]] = {}
-    for collection, sub, status, posting in chaos.book.rows(
+    for collection, sub, status, posting in chaos.stack.book.rows(
         "SELECT collection_id, sub_id, status, posting_id FROM subaccounts_fundcollectionoutcome"
     ):
         outcomes.setdefault(collection, []).append((sub, status, posting))
     postings: dict[int, list[str]] = {}
-    for (reference,) in chaos.book.rows("SELECT reference FROM accounts_posting WHERE reference LIKE 'fund-collect:%'"):
+    for (reference,) in book.rows("SELECT reference FROM accounts_posting WHERE reference LIKE 'fund-collect:%'"):
         _, collection, sub = reference.split(":")
         postings.setdefault(int(collection), []).append(sub)
     bad: list[str] = []
@@ -214,7 +216,7 @@ def check_collections(chaos) -> Check:
             bad.append(f"collection {pk} ({ident}): postings {dict(posted)} against COLLECTED outcomes {dict(want)}")
         collected += sum(want.values())
     universal_rows = dict(
-        chaos.book.rows(
+        chaos.stack.book.rows(
             "SELECT client_tran_id, count(*) FROM subaccounts_subaccounttransfer WHERE client_tran_id LIKE %s"
             " GROUP BY client_tran_id",
             [f"chaos{chaos.seed}-u%"],
@@ -236,25 +238,25 @@ def check_collections(chaos) -> Check:
 
 
 def check_websockets(chaos) -> Check:
-    for segment in chaos.segments:
+    for segment in chaos.record.segments:
         chaos.judge_segment(segment)
-    final = [s for s in chaos.segments if s.closed is None]
-    closed = [s for s in chaos.segments if s.closed is not None]
+    final = [s for s in chaos.record.segments if s.closed is None]
+    closed = [s for s in chaos.record.segments if s.closed is not None]
     lines = []
-    for s in chaos.segments:
-        life = f"{chaos.rel(s.opened)} .. {chaos.rel(s.closed) if s.closed else 'the end'}"
+    for s in chaos.record.segments:
+        life = f"{chaos.record.rel(s.opened)} .. {chaos.record.rel(s.closed) if s.closed else 'the end'}"
         why = f", closed by the server ({s.closed_with})" if s.closed else ""
         lines.append(f"slot {s.slot} {life}{why}: {'ok' if s.ok else 'BROKEN'}: {s.verdict}")
     detail = (
-        f"{len(chaos.segments)} connections on {LISTENERS} slots: {len(final)} stayed to the end, "
+        f"{len(chaos.record.segments)} connections on {LISTENERS} slots: {len(final)} stayed to the end, "
         f"{len(closed)} closed by the server {dict(Counter(s.closed_with for s in closed))} and replaced; "
-        f"listenKey requests {tally([a for a in chaos.answers if a.kind == 'listenkey'])}, handshakes refused "
-        f"{dict(chaos.handshake_refusals) or 'none'}\n      " + "\n      ".join(lines)
+        f"listenKey requests {tally([a for a in chaos.record.answers if a.kind == 'listenkey'])}, handshakes refused "
+        f"{dict(chaos.record.handshake_refusals) or 'none'}\n      " + "\n      ".join(lines)
     )
-    return Check("websockets", all(s.ok for s in chaos.segments) and len(final) == LISTENERS, detail)
+    return Check("websockets", all(s.ok for s in chaos.record.segments) and len(final) == LISTENERS, detail)
 
 
 def check_ledger(chaos) -> Check:
-    done = manage(chaos.env, "ledger_check")
+    done = manage(chaos.stack.env, "ledger_check")
     text = (done.stdout + done.stderr).strip()
     return Check("ledger_check", done.returncode == 0, text.splitlines()[-1] if text else f"exit {done.returncode}")

@@ -7,11 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-import random
-import time
-from collections import Counter
 from decimal import Decimal
-from pathlib import Path
 
 import psycopg
 
@@ -27,52 +23,32 @@ from harness.chaos.records import (
     UNIVERSAL,
     WITHDRAW,
     Answer,
-    Fault,
     PositionFeed,
+    Record,
     Segment,
     now,
     send,
 )
 from harness.ports import HOST
+from harness.private import Stack
 
 
 class Load:
-    """The clients of a chaos run (a part of driver.Chaos)."""
+    """The clients of a run against `stack` (its port and its database), as the demo world's master
+    and peer (`world`: their emails and keys), every answer recorded in `record`."""
 
-    def __init__(self, seed: int, out) -> None:
-        self.seed = seed
-        self.rng = random.Random(seed)  # noqa: S311 - the fault schedule, not a secret
-        self.out = out
-        self.answers: list[Answer] = []
-        self.segments: list[Segment] = []
-        self.faults: list[Fault] = []
+    def __init__(self, stack: Stack, record: Record, world: dict) -> None:
+        self.stack, self.record, self.world = stack, record, world
+        self.seed = record.seed
+        self.port = stack.port
         self.counter = itertools.count()
-        self.t0 = now()
-        self.t0_clock = time.strftime("%H:%M:%S")
-        self.load_end = 0.0
-        self.handshake_refusals: Counter = Counter()
-
-    def say(self, text: str) -> None:
-        self.out.write(f"[chaos +{now() - self.t0:6.1f}s] {text}\n")
-        self.out.flush()
-
-    def rel(self, moment: float) -> str:
-        """A moment as seconds since the load started."""
-        return f"{moment - self.t0:+.1f} s"
-
-    # --- set-up -----------------------------------------------------------------------------------
-
-    def start(self, base: Path) -> None:
-        self.world = self.start_stack(base, "chaos", "--json")
         self.ids = {
-            role: self.book.one("SELECT id FROM accounts_user WHERE email = %s", [self.world[role]["email"]])[0]
+            role: stack.book.one("SELECT id FROM accounts_user WHERE email = %s", [world[role]["email"]])[0]
             for role in ("master", "peer")
         }
         self.signers = {
-            role: client.Signer(self.world[role]["api_key"], self.world[role]["secret_key"])
-            for role in ("master", "peer")
+            role: client.Signer(world[role]["api_key"], world[role]["secret_key"]) for role in ("master", "peer")
         }
-        self.say(self.describe())
 
     # --- requests ---------------------------------------------------------------------------------
 
@@ -99,8 +75,26 @@ class Load:
                 answer.ref = "true" if data.get("result") else "false"
             elif kind == "collection":
                 answer.ref = data.get("status")
-        self.answers.append(answer)
+        self.record.answers.append(answer)
         return answer
+
+    async def signed(self, role: str, method: str, path: str, params: dict) -> tuple[int | None, dict, str]:
+        """One signed request on its own connection, not recorded: (status, body, the signed query sent)."""
+        query = self.signers[role].signed(params)
+        status, body = await self.send_again(role, method, path, query)
+        data = {}
+        with contextlib.suppress(ValueError):
+            data = json.loads(body) if body else {}
+        return status, data if isinstance(data, dict) else {}, query
+
+    async def send_again(self, role: str, method: str, path: str, query: str) -> tuple[int | None, bytes]:
+        """A signed query (`signed`'s) sent as it is on its own connection, with `role`'s API key."""
+        conn = client.HttpConnection(HOST, self.port)
+        try:
+            status, body, _hung = await send(conn, method, f"{path}?{query}", self.signers[role].api_key)
+        finally:
+            await conn.close()
+        return status, body
 
     async def transfer_client(self, index: int, stopping: asyncio.Event) -> None:
         role, other = ("master", "peer") if index % 2 == 0 else ("peer", "master")
@@ -169,13 +163,13 @@ class Load:
 
     async def burst(self) -> None:
         """Work for the worker right before it is killed: 4 withdrawals and a collection."""
-        base = 100000 + len(self.faults) * 100
+        base = 100000 + len(self.record.faults) * 100
         await asyncio.gather(*[self.withdraw(base + i) for i in range(4)], self.collect(base))
 
     # --- the database, from the loop ------------------------------------------------------------------
 
     async def rows(self, sql: str, args=None) -> list[tuple]:
-        return await asyncio.to_thread(self.book.rows, sql, args)
+        return await asyncio.to_thread(self.stack.book.rows, sql, args)
 
     async def peer_seq(self) -> int:
         """The peer's change-feed sequence; waits while the database is away."""
@@ -213,7 +207,7 @@ class Load:
         finally:
             await conn.close()
         answer = Answer("listenkey", "", "peer", started, now(), status, hung=hung)
-        self.answers.append(answer)
+        self.record.answers.append(answer)
         with contextlib.suppress(ValueError, AttributeError, KeyError):
             data = json.loads(body)
             if status == 200:
@@ -235,18 +229,18 @@ class Load:
                 await feed.start()
             except Exception as exc:  # noqa: BLE001 - refused at the handshake or unreachable: try again
                 status = getattr(getattr(exc, "response", None), "status_code", None)
-                self.handshake_refusals[f"HTTP {status}" if status else type(exc).__name__] += 1
+                self.record.handshake_refusals[f"HTTP {status}" if status else type(exc).__name__] += 1
                 await asyncio.sleep(0.5)
                 continue
             segment = Segment(slot, lo, await self.peer_seq(), now(), feed)
-            self.segments.append(segment)
+            self.record.segments.append(segment)
             stopped = asyncio.create_task(stop.wait())
             await asyncio.wait({feed._task, stopped}, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             if feed._task.done() and not stop.is_set():
                 segment.closed = now()
                 segment.closed_with = str(feed.closed_with) if feed.closed_with is not None else (feed.error or "?")
-                self.say(f"websocket {slot}: closed by the server ({segment.closed_with}); connecting again")
+                self.record.say(f"websocket {slot}: closed by the server ({segment.closed_with}); connecting again")
                 await asyncio.sleep(0.2)
                 continue
             await feed.stop()

@@ -38,6 +38,38 @@ def now() -> float:
     return time.monotonic()
 
 
+class Record:
+    """What a run saw, shared by its load, its faults, its checks and its report: every answer, each
+    websocket connection (segment), each fault, the listeners' refused handshakes, the unknown outcomes
+    resolved; the moment the load started (`t0`) and ended (`load_end`); `say` prints a line of the
+    run's log, with its time since `t0`."""
+
+    def __init__(self, seed: int, out, name: str = "chaos") -> None:
+        self.seed, self.out, self.name = seed, out, name
+        self.answers: list[Answer] = []
+        self.segments: list[Segment] = []
+        self.faults: list[Fault] = []
+        self.handshake_refusals: Counter = Counter()
+        self.resolved: dict[str, int | None] = {}
+        self.t0 = now()
+        self.t0_clock = time.strftime("%H:%M:%S")
+        self.load_end = 0.0
+
+    def say(self, text: str) -> None:
+        self.out.write(f"[{self.name} +{now() - self.t0:6.1f}s] {text}\n")
+        self.out.flush()
+
+    def rel(self, moment: float) -> str:
+        """A moment as seconds since the load started."""
+        return f"{moment - self.t0:+.1f} s"
+
+    def load_started(self) -> None:
+        self.t0, self.t0_clock = now(), time.strftime("%H:%M:%S")
+
+    def load_stopped(self) -> None:
+        self.load_end = now()
+
+
 # --- what the clients saw ----------------------------------------------------------------------------
 
 

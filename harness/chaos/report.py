@@ -59,10 +59,11 @@ _EXITED = re.compile(r" exited: (\S+) \((.*)\)$")
 
 
 def fault_report(chaos, index: int, fault: Fault) -> None:
-    following = chaos.faults[index + 1].start if index + 1 < len(chaos.faults) else chaos.load_end
+    rel = chaos.record.rel
+    following = chaos.record.faults[index + 1].start if index + 1 < len(chaos.record.faults) else chaos.record.load_end
     fault.until = following
-    during = [a for a in chaos.answers if fault.start <= a.ended <= fault.end]
-    after = [a for a in chaos.answers if fault.end < a.ended <= following]
+    during = [a for a in chaos.record.answers if fault.start <= a.ended <= fault.end]
+    after = [a for a in chaos.record.answers if fault.end < a.ended <= following]
     transfers_during = [a for a in during if a.kind == "transfer"]
     transfers_after = [a for a in after if a.kind == "transfer"]
     first_ok = min((a.ended for a in transfers_after if a.status == 200), default=None)
@@ -70,8 +71,8 @@ def fault_report(chaos, index: int, fault: Fault) -> None:
     lines = fault.lines
     lines.append(f"[{index + 1}] {fault.name}: " + "; ".join(fault.steps))
     lines.append(
-        f"    window {chaos.rel(fault.start)} .. {chaos.rel(fault.end)} ({fault.end - fault.start:.1f} s); "
-        f"after it until {chaos.rel(following)}"
+        f"    window {rel(fault.start)} .. {rel(fault.end)} ({fault.end - fault.start:.1f} s); "
+        f"after it until {rel(following)}"
     )
     lines.append(f"    transfers during: {tally(transfers_during)}")
     lines.append(f"    transfers after:  {tally(transfers_after)}")
@@ -92,16 +93,16 @@ def fault_report(chaos, index: int, fault: Fault) -> None:
         )
         if fault.settled_after is None:
             fault.problems.append(f"{fault.name}: the work in flight at the kill never became final")
-    closed = [s for s in chaos.segments if s.closed is not None and fault.start <= s.closed <= following]
+    closed = [s for s in chaos.record.segments if s.closed is not None and fault.start <= s.closed <= following]
     if closed:
         reopened = [
-            min((t.opened for t in chaos.segments if t.slot == s.slot and t.opened > s.closed), default=None)
+            min((t.opened for t in chaos.record.segments if t.slot == s.slot and t.opened > s.closed), default=None)
             for s in closed
         ]
         waits = [r - s.closed for r, s in zip(reopened, closed, strict=True) if r is not None]
         lines.append(
             f"    websockets closed by the server: {len(closed)} "
-            f"{dict(Counter(s.closed_with for s in closed))} at {', '.join(chaos.rel(s.closed) for s in closed)}; "
+            f"{dict(Counter(s.closed_with for s in closed))} at {', '.join(rel(s.closed) for s in closed)}; "
             f"connected again after {', '.join(f'{w:.1f} s' for w in waits) or '-'}"
         )
     else:
@@ -117,21 +118,22 @@ def fault_report(chaos, index: int, fault: Fault) -> None:
 
 
 def build_report(chaos, checks: list[Check], problems: list[str], extra: list[str]) -> str:
-    transfers = [a for a in chaos.answers if a.kind == "transfer"]
-    span = max(chaos.load_end - chaos.t0, 1e-9)
+    stack, layout = chaos.stack, chaos.stack.layout
+    transfers = [a for a in chaos.record.answers if a.kind == "transfer"]
+    span = max(chaos.record.load_end - chaos.record.t0, 1e-9)
     lines = [
-        f"chaos: seed {chaos.seed}; faults in the order {', '.join(f.name for f in chaos.faults)}",
-        f"stack: nginx {HOST}:{chaos.port} -> granian {chaos.layout.rest_workers} x {chaos.layout.rest_threads}, "
-        f"Daphne x {len(chaos.layout.ws_ports)}, Celery worker ({chaos.layout.celery_concurrency}) and beat; private "
-        f"PostgreSQL {chaos.pg.version} (port {chaos.pg.port}, max_connections {chaos.pg.max_connections}) and Redis "
-        f"(port {chaos.redis.port}, appendonly yes)",
+        f"chaos: seed {chaos.seed}; faults in the order {', '.join(f.name for f in chaos.record.faults)}",
+        f"stack: nginx {HOST}:{stack.port} -> granian {layout.rest_workers} x {layout.rest_threads}, "
+        f"Daphne x {len(layout.ws_ports)}, Celery worker ({layout.celery_concurrency}) and beat; private "
+        f"PostgreSQL {stack.pg.version} (port {stack.pg.port}, max_connections {stack.pg.max_connections}) and Redis "
+        f"(port {stack.redis.port}, appendonly yes)",
         f"load: {CLIENTS} transfer clients ({CLIENTS * CLIENT_RATE:.0f}/s offered), {LISTENERS} websockets on the "
         f"peer's listenKey, a withdrawal every second and a universal transfer + collection every 3 s, "
         f"for {span:.0f} s: {len(transfers)} transfers, "
         f"{sum(a.status == 200 for a in transfers) / span:.0f}/s answered 200",
         "",
     ]
-    for fault in chaos.faults:
+    for fault in chaos.record.faults:
         lines.extend(fault.lines)
     lines.append("")
     lines.append("final checks:")

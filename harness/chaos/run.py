@@ -22,6 +22,7 @@ from harness.chaos.checks import (
 from harness.chaos.driver import Chaos
 from harness.chaos.records import ChaosResult, Check, tally
 from harness.chaos.report import build_report, fault_report, nginx_statuses, stack_log_findings
+from harness.private import PrivateStack
 
 
 def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult:
@@ -30,19 +31,21 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
     out = out or sys.stdout
     seed = seed if seed is not None else random.SystemRandom().randrange(1, 10**6)
     base = Path(tempfile.mkdtemp(prefix="chaos-"))
-    chaos = Chaos(seed, out)
+    chaos = Chaos(seed, out, PrivateStack(base))
     checks: list[Check] = []
     problems: list[str] = []
     extra: list[str] = []
     every_restart: dict[str, int] = {}
     try:
-        chaos.start(base)
+        chaos.start()
         asyncio.run(chaos.drive())
-        for index, fault in enumerate(chaos.faults):
+        for index, fault in enumerate(chaos.record.faults):
             fault_report(chaos, index, fault)
             problems.extend(fault.problems)
         elsewhere = [
-            a for a in chaos.answers if a.breaks_a_rule and not any(f.start <= a.ended <= f.until for f in chaos.faults)
+            a
+            for a in chaos.record.answers
+            if a.breaks_a_rule and not any(f.start <= a.ended <= f.until for f in chaos.record.faults)
         ]
         if elsewhere:
             problems.append(f"{len(elsewhere)} answers breaking the rules outside the faults {tally(elsewhere)}")
@@ -54,7 +57,7 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
             check_websockets(chaos),
         ]
         problems.extend(f"{c.name}: {c.detail.splitlines()[0]}" for c in checks if not c.ok)
-        every_restart = chaos.supervisor.restarts()  # from its log, which goes with the run's directory
+        every_restart = chaos.stack.supervisor.restarts()  # from its log, which goes with the run's directory
         restarts = {name: n for name, n in every_restart.items() if n}
         by_themselves = {name: n - (name == "worker") for name, n in restarts.items() if n - (name == "worker")}
         extra.append(
@@ -67,13 +70,13 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
     finally:
         chaos.stop()
     time.sleep(2.5)  # nginx flushes its buffered access log every 2 s (it has stopped by now)
-    statuses = nginx_statuses(chaos.run_dir)
+    statuses = nginx_statuses(chaos.stack.run_dir)
     five = {s: n for s, n in statuses.items() if s.startswith("5")}
     extra.append(f"  nginx access log: {sum(statuses.values())} requests, 5xx {five or 'none'}")
     if any(s != "503" for s in five):
         problems.append(f"nginx logged 5xx other than 503: {five}")
-    counts, exits, blocks = stack_log_findings(chaos.run_dir / "stack.log")
-    extra.append(f"  stack log (clock {chaos.t0_clock} = +0.0 s): {dict(counts) or 'nothing notable'}")
+    counts, exits, blocks = stack_log_findings(chaos.stack.run_dir / "stack.log")
+    extra.append(f"  stack log (clock {chaos.record.t0_clock} = +0.0 s): {dict(counts) or 'nothing notable'}")
     extra.extend("    " + line for exit_ in exits for line in exit_.splitlines())
     if blocks and problems:
         extra.append("  first tracebacks in the stack log:")
@@ -91,12 +94,12 @@ def run(seed: int | None = None, *, out=None, keep: bool = False) -> ChaosResult
     out.flush()
     return ChaosResult(
         seed,
-        chaos.faults,
+        chaos.record.faults,
         checks,
         problems,
         report,
-        chaos.answers,
-        chaos.segments,
+        chaos.record.answers,
+        chaos.record.segments,
         every_restart,
         log_dir,
     )

@@ -21,7 +21,6 @@ from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from pathlib import Path
 
-from harness import client
 from harness.chaos.checks import (
     check_collections,
     check_ledger,
@@ -30,10 +29,9 @@ from harness.chaos.checks import (
     check_withdrawals,
 )
 from harness.chaos.driver import Chaos
-from harness.chaos.records import LISTENERS, TRANSFER, Answer, Check, Fault, now, send, tally
+from harness.chaos.records import TRANSFER, Answer, Check, Fault, now, tally
 from harness.lab import cluster, topology
-from harness.lab.fault import OnTheLab
-from harness.ports import HOST
+from harness.lab.fault import LabStack
 
 TRANSFER_CLIENTS = 4
 ACCOUNT = "/openapi/v1/account"
@@ -50,50 +48,36 @@ ON_APP_HOSTS = ("rolling",)
 Inject = Callable[["LabRun", Fault], Awaitable[None]]
 
 
-class LabRun(OnTheLab, Chaos):
-    """The chaos run's load and checks on the lab's stack (not a private PostgreSQL and Redis)."""
+class LabRun:
+    """A lab fault run: the chaos run (`chaos`: its load, record, listeners and wind-down, without the
+    private run's faults) on the lab's stack (`stack`, a LabStack), plus the peer converting, the
+    replay probe and the heals the lab's fault leaves (what faults.py's faults are given)."""
 
     STACK_DIR = topology.LAB_DIR / "stack"
 
-    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
-        world = super().start_stack(base, database, *demo_args)
+    def __init__(self, seed: int, out, base: Path, *, on_app_hosts: bool = False) -> None:
+        self.stack = LabStack(base, on_app_hosts=on_app_hosts, stack_dir=self.STACK_DIR)
+        self.chaos = Chaos(seed, out, self.stack, faults=None)
+        self.record = self.chaos.record
+        self.answers, self.segments = self.record.answers, self.record.segments  # what a lab fault reads
         self.conversions: dict[str, dict] = {}  # quoteId -> the quote's amounts and the accept's answer
-        self.replays: list[str] = []
         self.extra_peer: list[tuple[str, Decimal]] = []  # other acknowledged movements of the peer's USDT
-        return world
+        self.heals: list[Callable[[], Awaitable[None]]] = []
 
-    def describe(self) -> str:
-        if self.on_app_hosts:
-            return (
-                f"stack up on app1 and app2 behind HAProxy ({HOST}:{self.port}); beat-{self.beat_host.name} holds "
-                f"RedBeat's lock; PostgreSQL primary {cluster.pg_leader().name}, "
-                f"Redis primary {cluster.redis_primary()}"
-            )
-        return (
-            f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
-            f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
-            f"PostgreSQL primary {cluster.pg_leader().name}, Redis primary {cluster.redis_primary()} (the lab)"
-        )
+    def start(self) -> None:
+        self.chaos.start()
+
+    def stop(self) -> None:
+        self.chaos.stop()
+
+    def say(self, text: str) -> None:
+        self.record.say(text)
 
     # --- the peer's view of its money ----------------------------------------------------------------
 
-    async def signed(self, role: str, method: str, path: str, params: dict) -> tuple[int | None, dict, str]:
-        """One signed request on its own connection: (status, body, the signed query sent)."""
-        signer = self.signers[role]
-        query = signer.signed(params)
-        conn = client.HttpConnection(HOST, self.port)
-        try:
-            status, body, _hung = await send(conn, method, f"{path}?{query}", signer.api_key)
-        finally:
-            await conn.close()
-        data = {}
-        with contextlib.suppress(ValueError):
-            data = json.loads(body) if body else {}
-        return status, data if isinstance(data, dict) else {}, query
-
     async def balances(self, role: str) -> dict[str, Decimal]:
         for _ in range(60):
-            status, data, _ = await self.signed(role, "GET", ACCOUNT, {})
+            status, data, _ = await self.chaos.load.signed(role, "GET", ACCOUNT, {})
             if status == 200:
                 return {b["asset"]: Decimal(b["free"]) + Decimal(b["locked"]) for b in data["balances"]}
             await asyncio.sleep(1.0)
@@ -108,7 +92,7 @@ class LabRun(OnTheLab, Chaos):
             started = now()
             source, target, amount = CONVERSIONS[n % len(CONVERSIONS)]
             params = {"sourceCurrency": source, "targetCurrency": target, "sourceAmount": amount}
-            status, data, _ = await self.signed("peer", "POST", QUOTE, params)
+            status, data, _ = await self.chaos.load.signed("peer", "POST", QUOTE, params)
             quote = data.get("data") if status == 200 and data.get("status") == 0 else None
             if quote:
                 ident = quote["quoteId"]
@@ -119,35 +103,30 @@ class LabRun(OnTheLab, Chaos):
                     "in": Decimal(quote["targetAmount"]),
                 }
                 began = now()
-                status, data, _ = await self.signed("peer", "POST", ACCEPT, {"quoteId": ident})
+                status, data, _ = await self.chaos.load.signed("peer", "POST", ACCEPT, {"quoteId": ident})
                 answer = Answer("conversion", ident, "peer", began, now(), status)
                 if status == 200 and data.get("status") == 0:
                     answer.ref = str(data["data"]["orderId"])
                 elif status is not None:
                     answer.code = data.get("code", data.get("status"))
-                self.answers.append(answer)
+                self.record.answers.append(answer)
             await asyncio.sleep(max(0.0, 1.2 - (now() - started)))
 
     async def replay_probe(self) -> tuple[str, Answer]:
         """A transfer master -> peer without a client id, signed with recvWindow 60000 (its timestamp
         stays good through a failover): the signed query, to be sent again later."""
-        params = {"account": "USDT", "target_address": self.world["peer"]["email"], "amount": "0.02"}
+        params = {"account": "USDT", "target_address": self.chaos.load.world["peer"]["email"], "amount": "0.02"}
         params["recvWindow"] = "60000"
         started = now()
-        status, data, query = await self.signed("master", "POST", TRANSFER, params)
+        status, data, query = await self.chaos.load.signed("master", "POST", TRANSFER, params)
         answer = Answer("probe", "replay-probe", "master", started, now(), status, code=data.get("code"))
         if status == 200:
             self.extra_peer.append(("USDT", Decimal("0.02")))
         return query, answer
 
     async def replay(self, query: str) -> Answer:
-        signer = self.signers["master"]
-        conn = client.HttpConnection(HOST, self.port)
         started = now()
-        try:
-            status, body, _hung = await send(conn, "POST", f"{TRANSFER}?{query}", signer.api_key)
-        finally:
-            await conn.close()
+        status, body = await self.chaos.load.send_again("master", "POST", TRANSFER, query)
         answer = Answer("replay", "replay-probe", "master", started, now(), status)
         with contextlib.suppress(ValueError, AttributeError):
             answer.code = json.loads(body).get("code")
@@ -158,31 +137,29 @@ class LabRun(OnTheLab, Chaos):
     # --- the run ------------------------------------------------------------------------------------
 
     async def drive_fault(self, name: str, inject: Inject, before: float, after: float) -> None:
-        self.background: list[asyncio.Task] = []
-        self.heals: list[Callable[[], Awaitable[None]]] = []
+        chaos, load, record = self.chaos, self.chaos.load, self.record
         stopping, listeners_stop = asyncio.Event(), asyncio.Event()
         self.peer_before = await self.balances("peer")
-        slots = [asyncio.create_task(self.listener_slot(i + 1, listeners_stop)) for i in range(LISTENERS)]
-        while len(self.segments) < LISTENERS:
-            await asyncio.sleep(0.1)
-        self.t0, self.t0_clock = now(), time.strftime("%H:%M:%S")
-        load = [asyncio.create_task(self.transfer_client(i, stopping)) for i in range(TRANSFER_CLIENTS)]
-        load.append(asyncio.create_task(self.money_out(stopping)))
-        load.append(asyncio.create_task(self.convert_client(stopping)))
+        slots = chaos.listen(listeners_stop)
+        await chaos.listening()
+        record.load_started()
+        running = [asyncio.create_task(load.transfer_client(i, stopping)) for i in range(TRANSFER_CLIENTS)]
+        running.append(asyncio.create_task(load.money_out(stopping)))
+        running.append(asyncio.create_task(self.convert_client(stopping)))
         await asyncio.sleep(before)
         fault = Fault(name)
-        self.faults.append(fault)
-        self.say(f"fault: {name}")
+        record.faults.append(fault)
+        record.say(f"fault: {name}")
         await inject(self, fault)
-        self.say(f"fault: {name}: {'; '.join(fault.steps)}")
+        record.say(f"fault: {name}: {'; '.join(fault.steps)}")
         await asyncio.sleep(after)
         fault.until = now()
         stopping.set()
-        await asyncio.gather(*load)
-        self.load_end = now()
+        await asyncio.gather(*running)
+        record.load_stopped()
         for heal in self.heals:  # a fault's host brought back, once the window is measured
             await heal()
-        await self.wind_down(slots, listeners_stop)
+        await chaos.wind_down(slots, listeners_stop)
         self.peer_after = await self.balances("peer")
 
 
@@ -193,7 +170,7 @@ def window(run: LabRun, fault: Fault) -> list[str]:
     """Writes (transfers) around the fault: the first refused or unanswered, the last, and when the
     first request started after the last one was answered 200 (writes accepted again)."""
     writes = sorted(
-        (a for a in run.answers if a.kind == "transfer" and a.started >= fault.start), key=lambda a: a.started
+        (a for a in run.record.answers if a.kind == "transfer" and a.started >= fault.start), key=lambda a: a.started
     )
     failed = [a for a in writes if a.status != 200]
     slow = max((a.ended - a.started for a in writes if a.status == 200), default=0.0)
@@ -214,11 +191,11 @@ def window(run: LabRun, fault: Fault) -> list[str]:
 
 
 def check_conversions(run: LabRun) -> Check:
-    sent = [a for a in run.answers if a.kind == "conversion"]
-    rows = run.book.rows(
+    sent = [a for a in run.record.answers if a.kind == "conversion"]
+    rows = run.stack.book.rows(
         "SELECT q.quote_id, o.id, o.status FROM convert_order o JOIN convert_quote q ON q.id = o.quote_id"
         " WHERE o.user_id = %s",
-        [run.ids["peer"]],
+        [run.chaos.load.ids["peer"]],
     )
     in_db: dict[str, list[tuple[str, str]]] = {}
     for quote, pk, status in rows:
@@ -254,10 +231,10 @@ def check_balances(run: LabRun) -> Check:
     the balances before the load, plus every transfer answered 200 (or, without an answer, found by
     its client id), plus every conversion accepted (or found done), with the quote's amounts."""
     expected = {asset: run.peer_before.get(asset, Decimal(0)) for asset in WATCHED}
-    for a in run.answers:
+    for a in run.record.answers:
         if a.kind != "transfer":
             continue
-        made = a.status == 200 or (a.unknown and run.resolved.get(a.ident))
+        made = a.status == 200 or (a.unknown and run.record.resolved.get(a.ident))
         if made:
             expected["USDT"] += transfer_amount(a.ident) * (1 if a.role == "master" else -1)
     for quote, amounts in run.conversions.items():
@@ -273,13 +250,13 @@ def check_balances(run: LabRun) -> Check:
 
 
 def check_answers(run: LabRun) -> Check:
-    broken = [a for a in run.answers if a.breaks_a_rule]
-    fives = [a for a in run.answers if a.status is not None and a.status >= 500]
+    answers = run.record.answers
+    broken = [a for a in answers if a.breaks_a_rule]
+    fives = [a for a in answers if a.status is not None and a.status >= 500]
     return Check(
         "answers",
         not broken,
-        f"{len(run.answers)} requests; 5xx {tally(fives)}; "
-        f"breaking the rules (a 500, another 5xx, hung): {tally(broken)}",
+        f"{len(answers)} requests; 5xx {tally(fives)}; breaking the rules (a 500, another 5xx, hung): {tally(broken)}",
     )
 
 
@@ -296,21 +273,20 @@ def run_fault(name: str, inject: Inject, *, before: float, after: float, out) ->
 
     if cluster.pg_leader() is None:
         raise SystemExit("the lab is not up: python -m harness.lab up")
-    run = LabRun(int(time.time()) % 100000, out)
-    run.on_app_hosts = name in ON_APP_HOSTS
-    run.start(Path(tempfile.gettempdir()))
+    run = LabRun(int(time.time()) % 100000, out, Path(tempfile.gettempdir()), on_app_hosts=name in ON_APP_HOSTS)
+    run.start()
     checks: list[Check] = []
     try:
         asyncio.run(run.drive_fault(name, inject, before, after))
-        fault = run.faults[0]
+        fault = run.record.faults[0]
         lines = [*fault.steps, *window(run, fault), *fault.lines]
         checks = [
-            check_ledger(run),
-            check_transfers(run),
+            check_ledger(run.chaos),
+            check_transfers(run.chaos),
             check_conversions(run),
-            check_withdrawals(run),
-            check_collections(run),
-            check_websockets(run),
+            check_withdrawals(run.chaos),
+            check_collections(run.chaos),
+            check_websockets(run.chaos),
             check_balances(run),
             check_answers(run),
         ]

@@ -1,6 +1,7 @@
 """What the lab's fault runs share (`python -m harness.lab fault [NAME]`, faults.py under
-bank.py's load and bank check): an empty application database, the primary's processes and their kill; polling
-Patroni's members and Redis's replicas (faults.py and rolling.py).
+bank.py's load and bank check): the lab's stack (LabStack) on an empty application database, the
+primary's processes and their kill; polling Patroni's members and Redis's replicas (faults.py and
+rolling.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 from exchange.api.replay_memory import declare_complete
 from harness.chaos.records import now
 from harness.lab import apphosts, cluster, net, topology
-from harness.ports import free_block
-from harness.private import Book, stack_environment
+from harness.ports import HOST, free_block
+from harness.private import Book, Stack, stack_environment
 from harness.services import manage
 
 REDIS_DB = 1
@@ -36,27 +37,31 @@ def fresh(db: int = REDIS_DB) -> None:
     declare_complete(primary)
 
 
-class OnTheLab:
-    """A PrivateStack's run (the chaos run, the simulation) with its stack on the lab's PostgreSQL and
-    Redis, through Patroni's multi-host URL and Sentinel, instead of private servers: a fresh
-    application database and Redis database each time; `stop` leaves the lab up. With `on_app_hosts`
-    the stack runs on app1 and app2 behind HAProxy (apphosts.py) instead of in this namespace."""
+class LabStack(Stack):
+    """The stack of a run (the chaos run's load, the simulation) on the lab's PostgreSQL and Redis,
+    through Patroni's multi-host URL and Sentinel, instead of private servers: a fresh application
+    database and Redis database each time; `stop` leaves the lab up. Its files in `stack_dir` (None:
+    `base`/stack). With `on_app_hosts` the stack runs on app1 and app2 behind HAProxy (apphosts.py)
+    instead of in this namespace; `beat_host` is then the app host whose beat holds RedBeat's lock
+    (a fault that kills it names the other with `beat_moved`)."""
 
-    STACK_DIR: Path | None = None  # where the stack's files go; None: the run's own directory
-    on_app_hosts = False
-
-    def start_stack(self, base: Path, database: str, *demo_args: str, **env: str) -> dict:
+    def __init__(self, base: Path, *, on_app_hosts: bool = False, stack_dir: Path | None = None) -> None:
         self.base = base
+        self.on_app_hosts = on_app_hosts
+        self.stack_dir = stack_dir
+        self.beat_host: topology.Host | None = None
+
+    def start(self, database: str, *demo_args: str, **env: str) -> dict:
         app = topology.app_env(REDIS_DB)
         fresh()
         if self.on_app_hosts:
             return self.launch_on_app_hosts(*demo_args, **(app | env))
-        run_dir = self.STACK_DIR or base / "stack"
+        run_dir = self.stack_dir or self.base / "stack"
         return self.launch(run_dir, app["DATABASE_URL"], app["REDIS_URL"], *demo_args, **(app | env))
 
     def launch_on_app_hosts(self, *demo_args: str, **env: str) -> dict:
-        """As PrivateStack.launch, the programs on app1 and app2 (apphosts.py) and HAProxy on the port
-        the clients use; app1's beat holds RedBeat's lock (`beat_host`)."""
+        """As Stack.launch, the programs on app1 and app2 (apphosts.py) and HAProxy on the port the
+        clients use; app1's beat holds RedBeat's lock (`beat_host`)."""
         self.port = free_block(1)
         self.run_dir = apphosts.RUN_DIR
         base = stack_environment(env["DATABASE_URL"], env["REDIS_URL"], self.port, self.run_dir)
@@ -71,6 +76,22 @@ class OnTheLab:
         apphosts.start_beats(self.supervisor, redis_client())
         self.beat_host = topology.APP_HOSTS[0]
         return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def beat_moved(self, host: topology.Host) -> None:
+        self.beat_host = host
+
+    def describe(self) -> str:
+        if self.on_app_hosts:
+            return (
+                f"stack up on app1 and app2 behind HAProxy ({HOST}:{self.port}); beat-{self.beat_host.name} holds "
+                f"RedBeat's lock; PostgreSQL primary {cluster.pg_leader().name}, "
+                f"Redis primary {cluster.redis_primary()}"
+            )
+        return (
+            f"stack up on {HOST}:{self.port} (nginx): granian {self.layout.rest_workers} x {self.layout.rest_threads}, "
+            f"Daphne x {len(self.layout.ws_ports)}, Celery worker ({self.layout.celery_concurrency}) and beat; "
+            f"PostgreSQL primary {cluster.pg_leader().name}, Redis primary {cluster.redis_primary()} (the lab)"
+        )
 
     def stop(self) -> None:
         self.stop_programs()

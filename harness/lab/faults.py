@@ -2,6 +2,11 @@
 ended with its bank check. Each records its steps and timings on the chaos Fault and may leave a
 `heal` (run after the load, before the checks) that brings its host back.
 
+What a fault is given (`run`: bank.LabRun, or simulation/lab.py's LabSimulation): `run.stack` (the
+LabStack: its supervisor, port, `on_app_hosts`, `beat_host` and `beat_moved`), `run.heals` (the list
+its heals go on), `run.answers` and `run.segments` (what the load saw), and `run.replay_probe()` /
+`run.replay(query)` (redis-kill's signed request sent again).
+
     pg-kill       SIGKILL of Patroni and PostgreSQL on the primary's host (step one's fault)
     pg-cut        the primary's host cut off (its link down; its etcd member goes with it)
     pg-disk       the primary's data directory deleted and its processes killed; the node rebuilt

@@ -180,14 +180,14 @@ async def _apps(run, fault: Fault, spans: list[Span]) -> None:
             began = now()
             drained = await asyncio.to_thread(apphosts.drain, host)
             await asyncio.to_thread(apphosts.set_state, host, "maint")
-            await asyncio.to_thread(apphosts.stop_programs, run.supervisor, host)
+            await asyncio.to_thread(apphosts.stop_programs, run.stack.supervisor, host)
             stopped = now()
-            await asyncio.to_thread(apphosts.start_programs, run.supervisor, host, run.port)
+            await asyncio.to_thread(apphosts.start_programs, run.stack.supervisor, host, run.stack.port)
             await asyncio.to_thread(apphosts.set_state, host, "ready")
             up = await asyncio.to_thread(apphosts.wait_up, host)
             ended = now()
-            if host == run.beat_host:
-                run.beat_host = next(h for h in topology.APP_HOSTS if h != host)
+            if host == run.stack.beat_host:
+                run.stack.beat_moved(next(h for h in topology.APP_HOSTS if h != host))
             spans.append((f"{host.name} (app host) restarted", began, ended))
             steps.append((host, began, stopped, ended))
             fault.steps.append(
@@ -253,7 +253,7 @@ async def rolling(run, fault: Fault) -> None:
     fault.start = now()
     await _postgres(fault, spans)
     await _redis(fault, spans)
-    apps = getattr(run, "on_app_hosts", False)
+    apps = run.stack.on_app_hosts
     if apps:
         await _apps(run, fault, spans)
     fault.end = now()

@@ -38,6 +38,8 @@ test (issue 18, item 6): `python -m harness.simulation --seed N --minutes M` (ha
 
 Modules: plan (the schedule from the seed), moves (a client id's life), flows (the operations),
 faults (the faults and the customers' websockets), cycles (the cycle customer), settle (the work in
-flight settled, unknown outcomes resolved), checks (the end checks), driver (the run's timeline),
-run (`run()`, the report, the command line), lab (`--lab`: on the HA lab, with its faults).
+flight settled, unknown outcomes resolved), checks (the end checks), world (the record and the
+customers' signed calls), driver (the run's timeline: `Simulation`, composed of one object of each of
+these, each given the stack, the customers and the record it uses), run (`run()`, the report, the
+command line), lab (`--lab`: on the HA lab, with its stack and its faults).
 """

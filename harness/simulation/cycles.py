@@ -4,7 +4,7 @@ house never loses on a conversion at its own market price (`convert_pnl`) and th
 more than the market moved (`cycles`, judged against a witness's quotes of the same directions).
 
 The pure parts (the cycles of a set of pairs, the plan from the seed, an order's P&L, a cycle's
-verdict) are functions; `CycleCustomer` is the Simulation's mixin that runs the customer and checks."""
+verdict) are functions; `CycleCustomer` runs the customer and checks."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Decimal, localcontext
 
 from harness.chaos.records import Check, now
+from harness.private import Stack
 from harness.simulation.moves import Move, _amount
+from harness.simulation.world import Customers, SimRecord
 
 # The cycle customer (issue 25, finding 1): closed trails of up to this many conversions, each
 # directed pair at most once; a cycle starts with this many times its first pair's minimum.
@@ -140,8 +142,14 @@ class Cycle:
 
 
 class CycleCustomer:
-    """The Simulation's cycle customer and its two end checks (a mixin: it uses the simulation's
-    calls, accounts and output)."""
+    """The cycle customer ("cycler", with its "witness", of `accounts`) and its two end checks (on the
+    orders in the `stack`'s database and the ones the customers' histories showed, in the `record`)."""
+
+    def __init__(self, stack: Stack, accounts: Customers, record: SimRecord) -> None:
+        self.stack, self.accounts, self.record = stack, accounts, record
+        self.cycles: list[Cycle] = []
+        self.quoted: dict[tuple, float] = {}  # (account, direction) -> when its last quote was answered
+        self.pair_places: dict[tuple, int] = {}  # (source, target) -> the target amount's decimals
 
     # --- the cycle customer (issue 25, finding 1) -------------------------------------------------------------
 
@@ -150,7 +158,7 @@ class CycleCustomer:
         source amount what the previous leg delivered, as fast as the per-pair quote interval
         allows, until the load ends. A leg refused or unanswered breaks its cycle; the next starts
         from the plan again (the account's balances carry every asset)."""
-        envelope = await self.settled_call("cycler", "pairs", {})
+        envelope = await self.accounts.settled_call("cycler", "pairs", {})
         listed = envelope.get("data") or []
         self.pair_places = {(p["sourceCurrency"], p["targetCurrency"]): int(p["precision"]) for p in listed}
         bounds = {
@@ -160,8 +168,8 @@ class CycleCustomer:
         places: dict[str, int] = {}  # an asset's decimals: the precision of the pairs paying it out
         for (_, target), n in self.pair_places.items():
             places[target] = min(n, places.get(target, n))
-        plan = cycle_plan(self.seed, bounds, places, int(self.minutes * 60 * 4) + 10)
-        self.say(
+        plan = cycle_plan(self.record.seed, bounds, places, int(self.record.minutes * 60 * 4) + 10)
+        self.record.say(
             f"cycle customer: {len(closed_trails(bounds))} cycles over {len(bounds)} pairs, plan {cycle_digest(plan)}"
         )
         for n, (path, start) in enumerate(plan):
@@ -170,12 +178,12 @@ class CycleCustomer:
             ready = max(
                 (self.quoted.get((who, d), 0.0) for who in ("cycler", "witness") for d in cycle.directions), default=0.0
             )
-            await asyncio.sleep(max(0.0, ready + self.quote_interval + 0.05 - now()))
+            await asyncio.sleep(max(0.0, ready + self.accounts.quote_interval + 0.05 - now()))
             if stopping.is_set():
                 return
             self.cycles.append(cycle)
             await self.run_cycle(cycle, bounds, places)
-            self.outcomes["cycle"]["completed" if cycle.completed else f"broken: {cycle.broken}"] += 1
+            self.record.outcomes["cycle"]["completed" if cycle.completed else f"broken: {cycle.broken}"] += 1
             if not cycle.completed:
                 await asyncio.sleep(0.5)  # an outage: not a busy loop
 
@@ -195,8 +203,8 @@ class CycleCustomer:
                 ("cycler", source, -Decimal(quote["sourceAmount"])),
                 ("cycler", target, Decimal(quote["targetAmount"])),
             ]
-            move = self.moves[ident] = Move("convert", ident, legs, signer="cycler")
-            answer, data = await self.call("cycler", "accept", {"quoteId": ident}, kind="cycle", ident=ident)
+            move = self.record.moves[ident] = Move("convert", ident, legs, signer="cycler")
+            answer, data = await self.accounts.call("cycler", "accept", {"quoteId": ident}, kind="cycle", ident=ident)
             move.answered(answer)  # an unknown outcome is resolved with the order history at the end
             move.done.set()
             if answer.status != 200:
@@ -228,8 +236,8 @@ class CycleCustomer:
         why = ""
         for _ in range(CYCLE_QUOTE_TRIES):
             last = self.quoted.get((who, (source, target)), 0.0)
-            await asyncio.sleep(max(0.0, last + self.quote_interval + 0.05 - now()))
-            answer, data = await self.call(who, "quote", params, kind="cycle")
+            await asyncio.sleep(max(0.0, last + self.accounts.quote_interval + 0.05 - now()))
+            answer, data = await self.accounts.call(who, "quote", params, kind="cycle")
             self.quoted[who, (source, target)] = now()
             if answer.status == 200 and data.get("status") == 0:
                 return data["data"], ""
@@ -244,7 +252,7 @@ class CycleCustomer:
         source unit before the spread): what the house received is worth at least what it paid out
         (target amount and fee, both from its convert liquidity), less one unit of the target's
         decimals for rounding. The total per asset is the house's convert P&L (at those prices)."""
-        rows = self.book.rows(
+        rows = self.stack.book.rows(
             "SELECT q.quote_id, o.source_amount, o.target_amount, o.fee, q.market_price"
             " FROM convert_order o JOIN convert_quote q ON q.id = o.quote_id WHERE o.status = 'SUCCESS'"
         )
@@ -252,7 +260,7 @@ class CycleCustomer:
         counts: Counter = Counter()
         losing = []
         for ident, source_amount, target_amount, fee, market_price in rows:
-            seen = (self.api_orders.get(ident) or [{}])[0]
+            seen = (self.record.api_orders.get(ident) or [{}])[0]
             asset = seen.get("targetCurrency", "?")  # an order no customer's history shows: judged exactly
             places = self.pair_places.get((seen.get("sourceCurrency"), asset))
             pnl = order_pnl(source_amount, target_amount, fee, market_price)
@@ -294,7 +302,7 @@ class CycleCustomer:
             q for c in completed for q in c.witnesses.values()
         ]
         market = dict(
-            self.book.rows("SELECT quote_id, market_price FROM convert_quote WHERE quote_id = ANY(%s)", [idents])
+            self.stack.book.rows("SELECT quote_id, market_price FROM convert_quote WHERE quote_id = ANY(%s)", [idents])
         )
         failures, returns, same, moved, unwitnessed, gaps = [], [], [], [], [], []
         for cycle in completed:

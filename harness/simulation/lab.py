@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 from harness.chaos.records import Answer, Check, Fault, now, tally
 from harness.lab import apphosts, cluster, topology
-from harness.lab.fault import OnTheLab, redis_client
+from harness.lab.fault import LabStack, redis_client
 from harness.lab.hostfault import Heights
 from harness.simulation.driver import Simulation
+from harness.simulation.faults import Faults
 from harness.simulation.plan import FIRST_FAULT_SECONDS, QUIET_END_SECONDS
+from harness.simulation.world import Customers, SimRecord
 
 LAB_FAULTS = ("pg-kill", "pg-cut", "redis-kill", "sentinel-cut", "rolling", "app-kill")
 OWN_FAULTS = ("worker_kill", "worker_children_kill", "connections_dropped")
@@ -70,25 +73,16 @@ def judge_answers(answers: list[Answer], kills: list[tuple[float, float]], t0: f
     return Check("answers", not breaking, detail)
 
 
-class LabSimulation(OnTheLab, Simulation):
-    on_app_hosts = True
+class LabFaults(Faults):
+    """The simulation's faults on the lab: the lab's catalogue (harness/lab/faults.py, given this
+    object as their run: its `stack`, `heals`, `answers`, `segments`, `replay_probe` and `replay`),
+    app-kill, and the simulation's own that apply (the worker faults hit an app host's worker)."""
 
-    def __init__(self, seed: int, minutes: float, customers: int, out) -> None:
-        super().__init__(seed, minutes, customers, out)
-        self.fault_plan = lab_fault_plan(seed, minutes)
+    def __init__(self, stack: LabStack, accounts: Customers, record: SimRecord, fault_plan: list) -> None:
+        super().__init__(stack, accounts, record, fault_plan)
         self.heals: list = []
         self.app_kills: list[tuple[float, float]] = []  # app-kill's kills: (began, every SIGKILL sent)
-
-    @property
-    def stack_log(self):
-        return self.run_dir / "lab.log"  # the app hosts' supervisord's (apphosts.py)
-
-    def describe(self) -> str:
-        return (
-            f"stack on app1 and app2 behind HAProxy, port {self.port}, beat-{self.beat_host.name} holding "
-            f"RedBeat's lock: PostgreSQL primary {cluster.pg_leader().name} (Patroni), "
-            f"Redis primary {cluster.redis_primary()} (Sentinel); faults {[n for _, n in self.fault_plan]}"
-        )
+        self.answers, self.segments = record.answers, record.segments  # what a lab fault reads
 
     async def fault(self, name: str) -> dict:
         if name not in LAB_FAULTS:
@@ -100,24 +94,19 @@ class LabSimulation(OnTheLab, Simulation):
         await (self.app_kill(fault) if name == "app-kill" else FAULTS[name](self, fault))
         for heal in self.heals:  # its host back before anything else happens
             await heal()
-        self.violations.extend(f"lab fault {name}: {p}" for p in fault.problems)
+        self.record.violations.extend(f"lab fault {name}: {p}" for p in fault.problems)
         return {"name": name, "start": fault.start or began, "end": now(), "steps": fault.steps}
 
     # redis-kill's probe: a signed get-quote (it moves no money) with recvWindow 60000, sent again later
 
     async def replay_probe(self) -> tuple[str, Answer]:
         params = {"sourceCurrency": "USDT", "targetCurrency": "PHP", "sourceAmount": "5", "recvWindow": "60000"}
-        answer, _ = await self.call("witness", "quote", params, kind="probe")
+        answer, _ = await self.accounts.call("witness", "quote", params, kind="probe")
         return answer.query, Answer("probe", "replay-probe", "witness", answer.started, answer.ended, answer.status)
 
     async def replay(self, query: str) -> Answer:
-        answer, _ = await self.call("witness", "quote", {}, kind="replay", query=query)
+        answer, _ = await self.accounts.call("witness", "quote", {}, kind="replay", query=query)
         return answer
-
-    def check_answers(self):
-        """The simulation's rule less HAProxy's 502 for a request on a killed app host (judge_answers)."""
-        check = super().check_answers()
-        return check if check.ok else judge_answers(self.answers, self.app_kills, self.t0)
 
     # --- the application hosts' faults ---------------------------------------------------------------
 
@@ -125,17 +114,19 @@ class LabSimulation(OnTheLab, Simulation):
         """SIGKILL to every process of the app host holding RedBeat's lock (its websockets, its requests
         in flight, its worker's task); the other host's beat takes the lock over; the host brought back
         (its programs started, healthy on HAProxy) after a seeded time away."""
-        victim = self.beat_host
+        stack = self.stack
+        victim = stack.beat_host
         other = next(h for h in topology.APP_HOSTS if h != victim)
-        away = random.Random(self.seed + len(self.faults)).uniform(*APP_AWAY_SECONDS)  # noqa: S311 - not a secret
+        draw = self.record.seed + len(self.record.faults)
+        away = random.Random(draw).uniform(*APP_AWAY_SECONDS)  # noqa: S311 - not a secret
         heights = Heights(redis_client())
         heights.thread.start()
         await asyncio.sleep(1.5)  # a run or two of the beat before the kill
         fault.start = now()
         killed_at = now()  # time.monotonic(), as Heights' clock
-        count = await asyncio.to_thread(apphosts.kill_host, self.supervisor, victim)
+        count = await asyncio.to_thread(apphosts.kill_host, stack.supervisor, victim)
         self.app_kills.append((killed_at, now()))  # from before the pids are listed until the last SIGKILL
-        self.beat_host = other
+        stack.beat_moved(other)
         fault.steps.append(f"SIGKILL to every process on {victim.name} (RedBeat's holder): {count}")
         await asyncio.sleep(away)
         heights.stop.set()
@@ -151,7 +142,7 @@ class LabSimulation(OnTheLab, Simulation):
                 f"app-kill: the beat did not move to {other.name} once ({len(after)} runs, {doubled})"
             )
         began = now()
-        await asyncio.to_thread(apphosts.start_programs, self.supervisor, victim, self.port)
+        await asyncio.to_thread(apphosts.start_programs, stack.supervisor, victim, stack.port)
         up = await asyncio.to_thread(apphosts.wait_up, victim)
         fault.steps.append(
             f"{victim.name} down {away:.1f} s, its programs started again, "
@@ -163,5 +154,39 @@ class LabSimulation(OnTheLab, Simulation):
     def worker_program(self) -> str:
         """The worker faults hit one app host's worker, drawn with the seed (its supervisord starts it
         again, as make run's)."""
-        host = random.Random(self.seed + len(self.faults)).choice(topology.APP_HOSTS)  # noqa: S311 - not a secret
+        draw = self.record.seed + len(self.record.faults)
+        host = random.Random(draw).choice(topology.APP_HOSTS)  # noqa: S311 - not a secret
         return f"worker-{host.name}"
+
+
+class LabSimulation(Simulation):
+    """The simulation with the lab's stack (on the app hosts), the lab's fault plan and LabFaults; its
+    answers judged less HAProxy's 502 for a request on a killed app host (judge_answers)."""
+
+    on_app_hosts = True
+
+    def __init__(self, seed: int, minutes: float, customers: int, out) -> None:
+        super().__init__(seed, minutes, customers, out)
+        self.fault_plan = lab_fault_plan(seed, minutes)
+
+    def new_stack(self, base: Path) -> LabStack:
+        return LabStack(base, on_app_hosts=self.on_app_hosts)
+
+    def new_faults(self) -> LabFaults:
+        return LabFaults(self.stack, self.accounts, self.record, self.fault_plan)
+
+    @property
+    def stack_log(self) -> Path:
+        return self.stack.run_dir / "lab.log"  # the app hosts' supervisord's (apphosts.py)
+
+    def describe(self) -> str:
+        return (
+            f"stack on app1 and app2 behind HAProxy, port {self.stack.port}, beat-{self.stack.beat_host.name} holding "
+            f"RedBeat's lock: PostgreSQL primary {cluster.pg_leader().name} (Patroni), "
+            f"Redis primary {cluster.redis_primary()} (Sentinel); faults {[n for _, n in self.fault_plan]}"
+        )
+
+    def check_answers(self) -> Check:
+        """The simulation's rule less HAProxy's 502 for a request on a killed app host (judge_answers)."""
+        check = super().check_answers()
+        return check if check.ok else judge_answers(self.record.answers, self.faults.app_kills, self.record.t0)

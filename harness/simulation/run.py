@@ -47,53 +47,49 @@ def run(
     try:
         sim.start(base)
         asyncio.run(sim.drive())
-        ledger = manage(sim.env, "ledger_check")
+        ledger = manage(sim.stack.env, "ledger_check")
         text = (ledger.stdout + ledger.stderr).strip()
-        checks = [
+        checks = sim.end_checks(
             Check(
                 "ledger_check", ledger.returncode == 0, text.splitlines()[-1] if text else f"exit {ledger.returncode}"
-            ),
-            sim.check_balances(),
-            sim.check_streams(),
-            sim.check_answers(),
-            sim.check_convert_pnl(),
-            sim.check_cycles(),
-        ]
+            )
+        )
     except BaseException:
         out.write(f"simulate: the run itself failed; its files are in {base}\n")
         raise
     finally:
         sim.stop()
-    problems = [f"{c.name}: {c.detail.splitlines()[0]}" for c in checks if not c.ok] + sim.violations
+    record = sim.record
+    problems = [f"{c.name}: {c.detail.splitlines()[0]}" for c in checks if not c.ok] + record.violations
     lines = [
         f"simulate: seed {seed}, {minutes:g} minutes, {customers} customers; "
         f"schedule {digest(sim.ops, sim.fault_plan)}",
         "operations (what the clients saw):",
     ]
-    for kind in sorted(sim.outcomes):
-        lines.append(f"  {kind}: {sum(sim.outcomes[kind].values())} {dict(sim.outcomes[kind])}")
+    for kind in sorted(record.outcomes):
+        lines.append(f"  {kind}: {sum(record.outcomes[kind].values())} {dict(record.outcomes[kind])}")
     lines.append(
         "faults injected: "
-        + (", ".join(f"{n} x{c}" for n, c in Counter(f["name"] for f in sim.faults).items()) or "none")
+        + (", ".join(f"{n} x{c}" for n, c in Counter(f["name"] for f in record.faults).items()) or "none")
     )
-    for i, fault in enumerate(sim.faults, start=1):
+    for i, fault in enumerate(record.faults, start=1):
         lines.append(
-            f"  [{i}] +{fault['start'] - sim.t0:.1f} s {fault['name']} ({fault['end'] - fault['start']:.1f} s): "
+            f"  [{i}] +{fault['start'] - record.t0:.1f} s {fault['name']} ({fault['end'] - fault['start']:.1f} s): "
             + "; ".join(fault["steps"])
         )
-    states = Counter(f"{m.kind} {m.state}" for m in sim.moves.values())
+    states = Counter(f"{m.kind} {m.state}" for m in record.moves.values())
     lines.append(f"client ids by outcome: {dict(sorted(states.items()))}")
-    lines.append(f"deposits sent on the chain: {len(sim.deposits)}")
+    lines.append(f"deposits sent on the chain: {len(record.deposits)}")
     lines.append("end checks:")
     for check in checks:
         lines.append(f"  {'ok    ' if check.ok else 'BROKEN'} {check.name}: {check.detail}")
-    if (sim.run_dir / "access.log").exists():  # not on the lab's app hosts: HAProxy logs no requests
-        statuses = nginx_statuses(sim.run_dir)
+    if (sim.stack.run_dir / "access.log").exists():  # not on the lab's app hosts: HAProxy logs no requests
+        statuses = nginx_statuses(sim.stack.run_dir)
         lines.append(
             f"nginx access log: {sum(statuses.values())} requests, "
             f"5xx {({s: n for s, n in statuses.items() if s.startswith('5')}) or 'none'}"
         )
-    counts, _, blocks = stack_log_findings(getattr(sim, "stack_log", sim.run_dir / "stack.log"))
+    counts, _, blocks = stack_log_findings(sim.stack_log)
     lines.append(f"stack log: {dict(counts) or 'nothing notable'}")
     if problems:
         lines.append("RESULT: BROKEN")
@@ -112,9 +108,9 @@ def run(
     report = "\n".join(lines)
     out.write("\n" + report + "\n")
     out.flush()
-    operations = {kind: dict(counter) for kind, counter in sim.outcomes.items()}
+    operations = {kind: dict(counter) for kind, counter in record.outcomes.items()}
     return SimulationResult(
-        seed, digest(sim.ops, sim.fault_plan), not problems, report, operations, sim.faults, checks, problems
+        seed, digest(sim.ops, sim.fault_plan), not problems, report, operations, record.faults, checks, problems
     )
 
 

@@ -129,7 +129,7 @@ def test_wire_of_knows_daphne_and_nothing_else():
 
     assert Wire.of(lambda message: None) is None
     assert Wire.of(functools.partial(NotDaphne().handle_reply, FakeProtocol())) is None
-    server = Server.__new__(Server)
+    server = Server(None, endpoints=["tcp:port=0:interface=127.0.0.1"])  # Daphne's constructor: nothing listens yet
     assert Wire.of(functools.partial(server.handle_reply, FakeProtocol())) is None  # not Daphne's protocol
 
 
