@@ -69,62 +69,11 @@ DB_NAME = os.environ.get("BENCH_DATABASE_NAME", "exchange_bench_convert")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "7"))
 FUNDS = {"BTC": "1", "ETH": "10", "USDT": "100000"}
 
-FUND = r"""
-import sys
-from decimal import Decimal
-
-import django
-
-django.setup()
-from accounts import ledger
-from accounts.ledger.models import BusinessType
-from accounts.models import SystemRole, User
-
-domain, funds = sys.argv[1], dict(arg.split("=") for arg in sys.argv[2:])
-users = list(User.objects.filter(email__endswith="@" + domain).order_by("id"))
-equity = ledger.system_account_id(SystemRole.EQUITY)
-legs = []
-for code, amount in funds.items():
-    each = Decimal(amount)
-    legs += [ledger.Leg(equity, code, -each * len(users))] + [ledger.Leg(u.pk, code, each) for u in users]
-ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference="bench:convert:funding")
-"""
-
-SERIAL = r"""
-import json, sys, time
-from decimal import Decimal
-
-import django
-
-django.setup()
-from accounts.models import User
-from convert import services
-
-first, plan = int(sys.argv[2]), json.loads(sys.argv[3])
-users = list(User.objects.filter(email__endswith="@" + sys.argv[1]).order_by("id")[first : first + 16])
-totals = {"quote": 0.0, "quote_cpu": 0.0, "accept": 0.0, "accept_cpu": 0.0}
-for i in range(45):  # every (account, pair) at most once: the per-pair quote interval never refuses
-    source, target, amount = plan[(i // len(users)) % len(plan)]
-    user = users[i % len(users)]
-    began, cpu = time.perf_counter(), time.process_time()
-    quote = services.quote_create(user=user, source_code=source, target_code=target, source_amount=Decimal(amount))
-    quoted, quoted_cpu = time.perf_counter(), time.process_time()
-    services.quote_accept(user=user, quote_id=quote.quote_id)
-    if i >= 5:
-        totals["quote"] += quoted - began
-        totals["quote_cpu"] += quoted_cpu - cpu
-        totals["accept"] += time.perf_counter() - quoted
-        totals["accept_cpu"] += time.process_time() - quoted_cpu
-for name, seconds in totals.items():
-    print(f"{name} {seconds / 40 * 1000:.1f}")
-print("conversions 45")
-"""
-
 
 def setup_accounts(env: dict[str, str], count: int, domain: str) -> list[list[str]]:
     """bench/transfers' accounts: `count` users with an API key (every type) and 1,000,000 PHP."""
     made = subprocess.run(
-        [_bench.PYTHON, "-c", transfers.SETUP, str(count), domain],
+        [_bench.PYTHON, "-m", "bench.programs.transfer_accounts", str(count), domain],
         cwd=ROOT,
         env=env,
         check=True,
@@ -138,10 +87,10 @@ def mean_waits(runs: list[dict]) -> float:
     return sum(r["lock_waiting"] for r in runs) / len(runs)
 
 
-def script_lines(env: dict[str, str], script: str, *args: str) -> dict[str, str]:
-    """A Python snippet's `name value` lines, run in the project with `env`."""
+def script_lines(env: dict[str, str], module: str, *args: str) -> dict[str, str]:
+    """The `name value` lines `python -m module args` prints, run in the project with `env`."""
     done = subprocess.run(
-        [_bench.PYTHON, "-c", script, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        [_bench.PYTHON, "-m", module, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     )
     return dict(line.split() for line in done.stdout.splitlines())
 
@@ -165,7 +114,13 @@ def stack_phase(env: dict[str, str], count: int, *, serial: bool) -> dict:
         # ids: every liquidity shard serves as many of them); the two loads never run at the same time.
         convert_accounts = [transfer_accounts[i::CLIENTS][:ACCOUNTS_PER_CLIENT] for i in range(CLIENTS)]
         subprocess.run(
-            [_bench.PYTHON, "-c", FUND, transfers.DOMAIN, *(f"{code}={amount}" for code, amount in FUNDS.items())],
+            [
+                _bench.PYTHON,
+                "-m",
+                "bench.programs.convert_fund",
+                transfers.DOMAIN,
+                *(f"{code}={amount}" for code, amount in FUNDS.items()),
+            ],
             cwd=ROOT,
             env=env,
             check=True,
@@ -175,13 +130,7 @@ def stack_phase(env: dict[str, str], count: int, *, serial: bool) -> dict:
         out["setup_s"] = time.perf_counter() - t0
         out["label"] = stack_label(running)
         interval_ms = int(
-            _bench.manage(
-                env,
-                "shell",
-                "--no-imports",
-                "-c",
-                "from django.conf import settings; print(settings.CONVERT_QUOTE_INTERVAL_MS)",
-            ).split()[-1]
+            script_lines(env, "bench.programs.setting", "CONVERT_QUOTE_INTERVAL_MS")["CONVERT_QUOTE_INTERVAL_MS"]
         )
         out["interval_ms"] = interval_ms
         db = psycopg.connect(env["DATABASE_URL"], autocommit=True)
@@ -235,8 +184,10 @@ def stack_phase(env: dict[str, str], count: int, *, serial: bool) -> dict:
             # In process, one at a time: what the services cost without HTTP and the gateway. The
             # accounts CLIENTS.., each pair once per account, once the rounds' quote interval passed.
             time.sleep(max(interval_ms, 0) / 1000 + 0.1)
-            out["serial"] = script_lines(env, SERIAL, transfers.DOMAIN, str(CLIENTS), json.dumps(PLAN))
-            out["serial_transfer"] = script_lines(env, transfers.SERIAL, transfers.DOMAIN)
+            out["serial"] = script_lines(
+                env, "bench.programs.convert_serial", transfers.DOMAIN, str(CLIENTS), json.dumps(PLAN)
+            )
+            out["serial_transfer"] = script_lines(env, "bench.programs.transfer_serial", transfers.DOMAIN)
     check = subprocess.run(
         [_bench.PYTHON, "manage.py", "ledger_check"], cwd=ROOT, env=env, capture_output=True, text=True
     )

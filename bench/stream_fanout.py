@@ -58,7 +58,6 @@ from websockets.protocol import State
 
 from bench import _bench
 from bench import fullstack as fullstack_bench
-from bench._fanout_scripts import COUNTER, POSTER, SETUP
 from harness import client as stack_client
 from harness.layout import POOL_WS, ROOT
 from harness.make_run import make_run, stack_command
@@ -83,9 +82,10 @@ REST_DB_NAME = os.environ.get("BENCH_REST_DB_NAME", "exchange_bench_stream_fanou
 TICK_SECONDS = 0.5
 
 
-def run_python(env: dict[str, str], code: str, *args: str) -> str:
+def run_python(env: dict[str, str], module: str, *args: str) -> str:
+    """`python -m module args` in the project with `env`: what it printed."""
     return subprocess.run(
-        [_bench.PYTHON, "-c", code, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        [_bench.PYTHON, "-m", module, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout
 
 
@@ -157,8 +157,8 @@ async def run_case(env: dict[str, str], port: int, pid: int, account: int, key: 
         posters = [
             await asyncio.create_subprocess_exec(
                 _bench.PYTHON,
-                "-c",
-                POSTER,
+                "-m",
+                "bench.programs.fanout_poster",
                 str(account),
                 str(rate / POSTERS),
                 str(SECONDS),
@@ -230,8 +230,8 @@ async def run_case(env: dict[str, str], port: int, pid: int, account: int, key: 
 async def start_poster(env: dict[str, str], account: int, rate: float, seconds: float, tag: str, out: Path):
     poster = await asyncio.create_subprocess_exec(
         _bench.PYTHON,
-        "-c",
-        POSTER,
+        "-m",
+        "bench.programs.fanout_poster",
         str(account),
         str(rate),
         str(seconds),
@@ -273,8 +273,8 @@ async def rest_phase(running, fullstack) -> float:
         counted = Path(tmp) / "counter.json"
         counter = await asyncio.create_subprocess_exec(
             _bench.PYTHON,
-            "-c",
-            COUNTER,
+            "-m",
+            "bench.programs.fanout_counter",
             host,
             str(port),
             f"/openapi/ws/{peer_key}",
@@ -377,7 +377,7 @@ def main() -> None:
     _bench.recreate_database(env)
     _bench.manage(env, "demo", "--json")  # assets and system accounts
     cases = [(n, rate) for n in CONNECTIONS for rate in RATES]
-    accounts = json.loads(run_python(env, SETUP, str(len(cases))))
+    accounts = json.loads(run_python(env, "bench.programs.fanout_accounts", str(len(cases))))
     print(f"server: daphne (one process), PostgreSQL, Redis channel layer; {POSTERS} posting processes, one account")
     invalid = False
     headline = float("nan")

@@ -67,123 +67,11 @@ PUBLISHER_POSTINGS = int(os.environ.get("BENCH_PUBLISHER_POSTINGS", "300"))
 PUBLISHER_ROUNDS = 3
 PUBLISHER_ACCOUNTS = 50
 
-SETUP = """
-import json, sys
-import django
-django.setup()
-from django.db import transaction
-from accounts import services
-from streams.services import listen_key_start
 
-out = []
-with transaction.atomic():
-    for i in range(int(sys.argv[1])):
-        user = services.user_create(email=f"stream-bench-{i}@bench.example", password=None)
-        out.append([user.pk, listen_key_start(account=user)])
-print(json.dumps(out))
-"""
-
-POSTER = """
-import json, sys, time
-from decimal import Decimal
-import django
-django.setup()
-from accounts import ledger
-from accounts.models import SystemRole
-
-accounts = json.loads(sys.argv[1])
-rate, seconds, warmup, out_path = float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-committed = []
-# First among the after-commit listeners: the clock right after COMMIT, before the relay publishes.
-ledger.after_commit_listeners.insert(0, lambda result: committed.append(time.time()))
-world = ledger.system_account_id(SystemRole.WORLD)
-amount = Decimal("0.001")
-records, postings = [], []
-start = time.time()
-end = start + warmup + seconds
-i = 0
-while time.time() < end:  # paced at `rate`; a poster that falls behind posts back to back
-    pause = start + i / rate - time.time()
-    if pause > 0:
-        time.sleep(pause)
-    account = accounts[i % len(accounts)]
-    result = ledger.post(legs=ledger.move(world, account, "BTC", amount), kind="CHAIN_DEPOSIT",
-                         reference=f"bench-stream:{start}:{i}")
-    after = next(b for b in result.balances if b.account_id == account)
-    records.append([account, str(after.free), committed[-1], committed[-1] < start + warmup])
-    postings.append(result.posting_id)
-    i += 1
-# A worker stays alive: give this process's relay the time to publish its last postings.
-from accounts.ledger.models import BalanceChange
-deadline = time.time() + 10
-while time.time() < deadline and BalanceChange.objects.filter(
-        posting_id__in=postings[-500:], published_at__isnull=True).exists():
-    time.sleep(0.05)
-with open(out_path, "w") as f:
-    json.dump({"records": records}, f)
-"""
-
-
-PUBLISHER = """
-import json, statistics, sys, time
-from decimal import Decimal
-import django
-django.setup()
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from accounts import ledger
-from accounts.ledger import posting
-from accounts.models import SystemRole
-from streams import relay
-
-accounts = json.loads(sys.argv[1])
-count, rounds = int(sys.argv[2]), int(sys.argv[3])
-world = ledger.system_account_id(SystemRole.WORLD)
-listeners = list(posting.after_commit_listeners)
-layer = get_channel_layer()
-member = {a: f"specific.publisherbench!{a}" for a in accounts}
-run = time.time()
-
-
-def postings(tag):
-    for i in range(count):
-        ledger.post(legs=ledger.move(world, accounts[i % len(accounts)], "BTC", Decimal("0.00000001")),
-                    kind="CHAIN_DEPOSIT", reference=f"publisher-bench:{run}:{tag}:{i}")
-    assert relay.drain(30), "the publisher did not finish"
-
-
-async def members(join):
-    for account, channel in member.items():
-        change = layer.group_add if join else layer.group_discard
-        await change(relay.account_group(account), channel)
-    if not join:
-        await layer.connection(0).delete(layer.prefix + "specific.publisherbench!")
-
-
-out = {}
-for listened in (False, True):
-    if listened:
-        async_to_sync(members)(True)
-    postings(f"warm:{listened}")
-    cpu = {True: [], False: []}
-    for n in range(rounds):
-        for attached in (True, False):
-            posting.after_commit_listeners[:] = listeners if attached else []
-            began = time.process_time()
-            postings(f"{listened}:{n}:{attached}")
-            cpu[attached].append((time.process_time() - began) / count * 1000)
-    posting.after_commit_listeners[:] = listeners
-    if listened:
-        async_to_sync(members)(False)
-    with_, without = statistics.median(cpu[True]), statistics.median(cpu[False])
-    out["listened" if listened else "unlistened"] = {"with": with_, "without": without}
-print(json.dumps(out))
-"""
-
-
-def run_python(env: dict[str, str], code: str, *args: str) -> str:
+def run_python(env: dict[str, str], module: str, *args: str) -> str:
+    """`python -m module args` in the project with `env`: what it printed."""
     return subprocess.run(
-        [_bench.PYTHON, "-c", code, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        [_bench.PYTHON, "-m", module, *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout
 
 
@@ -247,8 +135,8 @@ async def latency_phase(env: dict[str, str], port: int, accounts: list[list]) ->
         posters = [
             await asyncio.create_subprocess_exec(
                 _bench.PYTHON,
-                "-c",
-                POSTER,
+                "-m",
+                "bench.programs.stream_poster",
                 json.dumps([account for account, _ in accounts[n::POSTERS]]),
                 str(RATE / POSTERS),
                 str(SECONDS),
@@ -317,8 +205,8 @@ async def busy_phase(env: dict[str, str], port: int, account: int, key: str) -> 
         posters = [
             await asyncio.create_subprocess_exec(
                 _bench.PYTHON,
-                "-c",
-                POSTER,
+                "-m",
+                "bench.programs.stream_poster",
                 json.dumps([account]),
                 str(BUSY_RATE / BUSY_POSTERS),
                 str(SECONDS),
@@ -412,13 +300,15 @@ def main() -> None:
     if os.environ.get("BENCH_SETTINGS"):  # try the servers and processes with other settings
         env["DJANGO_SETTINGS_MODULE"] = os.environ["BENCH_SETTINGS"]
     with make_run(env) as running:  # a fresh database, migrate, the demo world, the stack
-        accounts = json.loads(run_python(env, SETUP, str(max(IDLE, CLIENTS, PUBLISHER_ACCOUNTS) + 1)))
+        accounts = json.loads(
+            run_python(env, "bench.programs.stream_accounts", str(max(IDLE, CLIENTS, PUBLISHER_ACCOUNTS) + 1))
+        )
         busy_account, busy_key = accounts.pop()
         if PUBLISHER_POSTINGS:
             publisher = json.loads(
                 run_python(
                     env,
-                    PUBLISHER,
+                    "bench.programs.stream_publisher",
                     json.dumps([account for account, _ in accounts[:PUBLISHER_ACCOUNTS]]),
                     str(PUBLISHER_POSTINGS),
                     str(PUBLISHER_ROUNDS),

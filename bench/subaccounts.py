@@ -57,63 +57,6 @@ COLLECT = "/openapi/v1/fund-collect/collect-from-sub-account"
 RECORDS = "/openapi/v1/fund-collect/get-fund-record"
 COLLECTOR = "collector@subaccounts.bench"
 
-FAMILIES = r"""
-import json, sys
-from decimal import Decimal
-
-import django
-
-django.setup()
-from django.db import transaction
-
-from accounts import ledger, services
-from accounts.ledger.models import BusinessType
-from accounts.models import SystemRole, User
-
-domain, count, subs_each, collector = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-equity = ledger.system_account_id(SystemRole.EQUITY)
-out = {"families": [], "collector": None}
-with transaction.atomic():
-    masters = list(User.objects.filter(email__endswith="@" + domain).order_by("id")[:count])
-    legs = []
-    for master in masters:
-        subs = [
-            services.user_create(email=f"{master.email.split('@')[0]}-sub{n}@{domain}", master=master, is_virtual=True)
-            for n in (1, 2)
-        ]
-        legs += [ledger.Leg(equity, "PHP", Decimal(-200000))] + [ledger.Leg(s.pk, "PHP", Decimal(100000)) for s in subs]
-        out["families"].append([s.email for s in subs])
-    ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference="bench:subaccounts:families")
-    boss = services.user_create(email=collector)
-    key = services.api_key_create(user=boss, name="bench")
-    for n in range(subs_each):
-        services.user_create(email=f"collect{n}@{domain}", master=boss, is_virtual=True)
-out["collector"] = [boss.email, key.api_key.key, key.secret]
-print(json.dumps(out))
-"""
-
-REFILL = r"""
-import json, sys
-from decimal import Decimal
-
-import django
-
-django.setup()
-from accounts import ledger
-from accounts.ledger.models import BusinessType
-from accounts.models import SystemRole, User
-
-domain, round_, funds = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-subs = list(User.objects.filter(email__startswith="collect", email__endswith="@" + domain).order_by("id"))
-equity = ledger.system_account_id(SystemRole.EQUITY)
-legs = []
-for code, amount in funds.items():
-    each = Decimal(amount)
-    legs += [ledger.Leg(equity, code, -each * len(subs))] + [ledger.Leg(s.pk, code, each) for s in subs]
-ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference=f"bench:subaccounts:refill:{round_}")
-print(len(subs))
-"""
-
 
 def universal_bodies(accounts: list[list[str]], families: list[list[str]], count: int = 20000) -> list[str]:
     """`count` lines `api_key body` for wrk: each master's requests go round master -> sub1,
@@ -177,7 +120,7 @@ def main() -> None:
     # and the default limit tier; nginx, granian, Daphne, Celery worker and beat), requests through nginx.
     with make_run(env) as running:
         made = subprocess.run(
-            [_bench.PYTHON, "-c", transfers.SETUP, str(transfers.ACCOUNTS), transfers.DOMAIN],
+            [_bench.PYTHON, "-m", "bench.programs.transfer_accounts", str(transfers.ACCOUNTS), transfers.DOMAIN],
             cwd=ROOT,
             env=env,
             check=True,
@@ -187,7 +130,15 @@ def main() -> None:
         accounts = json.loads(made.stdout.strip().splitlines()[-1])
         masters = accounts[:CLIENTS]
         made = subprocess.run(
-            [_bench.PYTHON, "-c", FAMILIES, transfers.DOMAIN, str(CLIENTS), str(COLLECT_SUBS), COLLECTOR],
+            [
+                _bench.PYTHON,
+                "-m",
+                "bench.programs.subaccount_families",
+                transfers.DOMAIN,
+                str(CLIENTS),
+                str(COLLECT_SUBS),
+                COLLECTOR,
+            ],
             cwd=ROOT,
             env=env,
             check=True,
@@ -229,7 +180,14 @@ def main() -> None:
         client = Signed(port, collector[1], collector[2])
         for n in range(COLLECT_ROUNDS):
             subprocess.run(
-                [_bench.PYTHON, "-c", REFILL, transfers.DOMAIN, str(n), json.dumps(COLLECT_FUNDS)],
+                [
+                    _bench.PYTHON,
+                    "-m",
+                    "bench.programs.subaccount_refill",
+                    transfers.DOMAIN,
+                    str(n),
+                    json.dumps(COLLECT_FUNDS),
+                ],
                 cwd=ROOT,
                 env=env,
                 check=True,

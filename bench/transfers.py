@@ -61,64 +61,6 @@ DB_NAME = os.environ.get("BENCH_DATABASE_NAME", "exchange_bench_transfers")
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "11"))
 DOMAIN = "transfers.bench"
 
-SETUP = r"""
-import json, sys
-from decimal import Decimal
-
-import django
-
-django.setup()
-from django.db import transaction
-
-from accounts import ledger, services
-from accounts.ledger.models import BusinessType
-from accounts.models import LedgerAccount, SystemRole, User
-
-count, domain = int(sys.argv[1]), sys.argv[2]
-with transaction.atomic():
-    User.objects.bulk_create([User(email=f"t{i}@{domain}", password="!") for i in range(count)])
-    users = list(User.objects.filter(email__endswith="@" + domain).order_by("id"))
-    LedgerAccount.objects.bulk_create([LedgerAccount(user=u) for u in users], ignore_conflicts=True)
-    equity = ledger.system_account_id(SystemRole.EQUITY)
-    each = Decimal(1_000_000)
-    legs = [ledger.Leg(equity, "PHP", -each * len(users))] + [ledger.Leg(u.pk, "PHP", each) for u in users]
-    ledger.post(legs=legs, kind=BusinessType.DISTRIBUTION, reference="bench:transfers:funding")
-    keys = [services.api_key_create(user=u, name="bench") for u in users]
-print(json.dumps([[u.email, k.api_key.key, k.secret] for u, k in zip(users, keys)]))
-"""
-
-SERIAL = r"""
-import sys, time
-from decimal import Decimal
-
-import django
-
-django.setup()
-from accounts.ledger import posting
-from accounts.models import User
-from wallet.transfers import services
-
-users = list(User.objects.filter(email__endswith="@" + sys.argv[1]).order_by("id")[:4])
-
-
-def one(i):
-    services.transfer_create(
-        sender=users[i % 2], asset_code="PHP", target_address=users[2 + i % 2].email, amount=Decimal(1)
-    )
-
-
-listeners = list(posting.after_commit_listeners)
-for i in range(5):
-    one(i)
-for label, attached in (("with_listeners", listeners), ("without_listeners", [])):
-    posting.after_commit_listeners[:] = attached
-    began, cpu = time.perf_counter(), time.process_time()
-    for i in range(40):
-        one(i)
-    print(f"{label} {(time.perf_counter() - began) / 40 * 1000:.1f}")
-    print(f"{label}_cpu {(time.process_time() - cpu) / 40 * 1000:.1f}")
-"""
-
 _WRK_LUA = """
 local requests = {}
 -- Formatted in init, once wrk has set its Host header (at load time it has not: HTTP/1.1 without Host).
@@ -336,7 +278,7 @@ def main() -> None:
     # and the default limit tier), requests through its front (nginx).
     with make_run(env) as running:
         made = subprocess.run(
-            [_bench.PYTHON, "-c", SETUP, str(ACCOUNTS), DOMAIN],
+            [_bench.PYTHON, "-m", "bench.programs.transfer_accounts", str(ACCOUNTS), DOMAIN],
             cwd=ROOT,
             env=env,
             check=True,
@@ -381,7 +323,12 @@ def main() -> None:
     serial = dict(
         line.split()
         for line in subprocess.run(
-            [_bench.PYTHON, "-c", SERIAL, DOMAIN], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+            [_bench.PYTHON, "-m", "bench.programs.transfer_serial", DOMAIN],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.splitlines()
     )
     ok_responses = sum(r["completed"] - r["non200"] for r in runs)

@@ -26,6 +26,7 @@ No Django, no database: it reads source files only.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from pathlib import Path
 
@@ -249,6 +250,8 @@ def test_graph_sees_the_project():
     assert "accounts.ledger" in graph["harness.lab.bench_accounts"]
     assert "harness.lab.bench_accounts" in graph
     assert "harness.demo_world" in graph
+    assert "accounts.ledger" in graph["bench.programs.transfer_accounts"]  # the benches' programs too
+    assert "streams.relay" in graph["bench.programs.stream_publisher"]
 
 
 def test_no_import_cycles():
@@ -325,6 +328,35 @@ def test_nothing_edits_sys_path():
         if isinstance(node, ast.Call) and _is_sys_path(node.func)
     ]
     assert not edits, "modules that edit sys.path:\n" + "\n".join(edits)
+
+
+def _program_strings(path: Path) -> list[int]:
+    """Lines where `"-c"` in a command (a list, or the arguments of a call such as
+    create_subprocess_exec) is followed by a program: a name or attribute (a constant holding code)
+    or a string that is not a number (pgbench's `-c 32` is a client count, `-c str(conf)` a file)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        items = node.elts if isinstance(node, ast.List | ast.Tuple) else node.args if isinstance(node, ast.Call) else []
+        for flag, given in itertools.pairwise(items):
+            if not (isinstance(flag, ast.Constant) and flag.value == "-c"):
+                continue
+            code = isinstance(given, ast.Constant) and isinstance(given.value, str) and not given.value.isdigit()
+            if code or isinstance(given, ast.Name | ast.Attribute):
+                found.append(given.lineno)
+    return found
+
+
+def test_no_program_in_a_string_in_the_harness_or_the_benches():
+    """The programs the harness and the benches start are modules (`python -m harness...`,
+    `python -m bench.programs.NAME`), never `python -c` strings (nor `manage.py shell -c`): ruff and
+    the import graph above read a module, not the code inside a string (issue 36, item 1)."""
+    strings = [
+        f"  {module}:{line}"
+        for module, path in sorted(_project_modules().items())
+        if module.startswith(("harness.", "bench."))
+        for line in _program_strings(path)
+    ]
+    assert not strings, "programs in a string:\n" + "\n".join(strings)
 
 
 def _part_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
