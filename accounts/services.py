@@ -225,9 +225,7 @@ def user_change_by_staff(*, actor: User, user: User, changes: dict, reason: str 
     fields = tuple(name for name in values if name not in ("groups", "user_permissions", "password"))
     with transaction.atomic():
         current = User.objects.select_for_update().get(pk=stored.pk)
-        with staff_action(
-            actor=actor, action="account.change", reason=reason, target=current, before=summary(current, fields)
-        ) as draft:
+        with staff_action(actor=actor, action="account.change", reason=reason, target=current, fields=fields) as draft:
             for name in fields:
                 value = values[name]
                 setattr(

@@ -30,7 +30,7 @@ def account_set_frozen(*, actor: User, user: User, frozen: bool, reason: str | N
         action="account.freeze" if frozen else "account.unfreeze",
         reason=reason,
         target=user,
-        before=summary(user, USER_STATE_FIELDS),
+        fields=USER_STATE_FIELDS,
     ) as draft:
         done = services.user_set_frozen(user=user, frozen=frozen, by=actor)
         draft.after = summary(done, USER_STATE_FIELDS)
@@ -95,7 +95,7 @@ def api_key_set_status(*, actor: User, api_key: ApiKey, enabled: bool, reason: s
         action="api_key.enable" if enabled else "api_key.disable",
         reason=reason,
         target=api_key,
-        before=summary(api_key, API_KEY_FIELDS),
+        fields=API_KEY_FIELDS,
     ) as draft:
         done = services.api_key_set_status(api_key=api_key, enabled=enabled)
         draft.after = summary(done, API_KEY_FIELDS)

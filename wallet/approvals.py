@@ -170,7 +170,7 @@ def withdrawal_approve(*, withdrawal: Withdrawal, approved_by: User, reason: str
             action="withdrawal.approve",
             reason=reason,
             target=locked,
-            before=summary(locked, AUDITED_FIELDS),
+            fields=AUDITED_FIELDS,
         ) as draft:
             if needs_two_approvals(locked):
                 if locked.first_approved_by_id is None:
@@ -216,7 +216,7 @@ def withdrawal_reject(*, withdrawal: Withdrawal, rejected_by: User, reason: str 
         action="withdrawal.reject",
         reason=reason,
         target=withdrawal,
-        before=summary(withdrawal, AUDITED_FIELDS),
+        fields=AUDITED_FIELDS,
     ) as draft:
         done = fail_and_release(withdrawal, info=reason[:255], decided_by=rejected_by, from_stages=open_stages)
         draft.after = summary(done, AUDITED_FIELDS)
@@ -241,7 +241,7 @@ def withdrawal_retry_by_staff(*, withdrawal: Withdrawal, retried_by: User, reaso
         action="withdrawal.retry",
         reason=reason,
         target=withdrawal,
-        before=summary(withdrawal, AUDITED_FIELDS),
+        fields=AUDITED_FIELDS,
     ):
         withdrawal_retry(withdrawal=withdrawal)
     return True

@@ -165,7 +165,7 @@ def deposit_fill_travel_rule(*, deposit: Deposit, data: dict, filled_by: User, r
         action="deposit.travel_rule",
         reason=reason,
         target=deposit,
-        before=summary(deposit, AUDITED_FIELDS),
+        fields=AUDITED_FIELDS,
     ) as draft:
         Deposit.objects.filter(pk=deposit.pk, status=DepositStatus.NEED_FILL_DATA).update(
             travel_rule_data={**data, "filled_by": filled_by.email, "filled_at": timezone.now().isoformat()},

@@ -138,7 +138,7 @@ def adjustment_confirm(*, adjustment_id: int, confirmed_by: User, reason: str | 
             action="adjustment.confirm",
             reason=reason,
             target=adjustment,
-            before=summary(adjustment, AUDITED_FIELDS),
+            fields=AUDITED_FIELDS,
         ) as draft:
             equity = system_account_id(SystemRole.EQUITY)
             amount = adjustment.amount
@@ -181,7 +181,7 @@ def adjustment_cancel(*, adjustment_id: int, cancelled_by: User, reason: str | N
             action="adjustment.cancel",
             reason=reason,
             target=adjustment,
-            before=summary(adjustment, AUDITED_FIELDS),
+            fields=AUDITED_FIELDS,
         ) as draft:
             ManualAdjustment.objects.filter(pk=adjustment.pk, status=AdjustmentStatus.PROPOSED).update(
                 status=AdjustmentStatus.CANCELLED,

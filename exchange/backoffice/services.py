@@ -93,18 +93,27 @@ class StaffActionDraft:
 
 @contextmanager
 def staff_action(
-    *, actor, action: str, reason: str | None, target: models.Model | None = None, before: dict | None = None
+    *,
+    actor,
+    action: str,
+    reason: str | None,
+    target: models.Model | None = None,
+    before: dict | None = None,
+    fields: tuple[str, ...] | None = None,
 ) -> Iterator[StaffActionDraft]:
     """Run a staff action and record it in the same transaction:
 
         with staff_action(actor=request.user, action="withdrawal.approve", reason=reason,
-                          target=withdrawal, before=summary(withdrawal)) as draft:
+                          target=withdrawal, fields=AUDITED_FIELDS) as draft:
             withdrawal = ...  # the change itself, in the same transaction
-            draft.after = summary(withdrawal)
+            draft.after = summary(withdrawal, AUDITED_FIELDS)
 
-    A missing reason is refused (ReasonRequired) before the action runs; an action that raises
-    leaves no record (and, being in the same transaction, no change)."""
+    `fields`: the picture before is the target's `fields` (`summary(target, fields)`), unless
+    `before` gives another. A missing reason is refused (ReasonRequired) before the action runs; an
+    action that raises leaves no record (and, being in the same transaction, no change)."""
     reason = require_reason(reason)
+    if before is None and fields is not None:
+        before = summary(target, fields)
     draft = StaffActionDraft(target=target)
     with transaction.atomic():
         yield draft

@@ -29,7 +29,7 @@ def business_status_switch(*, actor, business_type: str, is_on: bool, reason: st
     require_permission(actor, "exchange.change_businessstatus", "You may not switch businesses on or off.")
     row = BusinessStatus.objects.filter(business_type=business_type).first()
     with staff_action(
-        actor=actor, action="business_status.set", reason=reason, target=row, before=summary(row, STATUS_FIELDS)
+        actor=actor, action="business_status.set", reason=reason, target=row, fields=STATUS_FIELDS
     ) as draft:
         stored = business_status_set(business_type=business_type, is_on=is_on, updated_by=actor)
         draft.target = stored

@@ -306,7 +306,7 @@ def transfer_reversal_cancel(*, transfer: Transfer, cancelled_by: User, reason: 
             action="transfer.reverse_cancel",
             reason=reason,
             target=locked,
-            before=summary(locked, REVERSAL_FIELDS),
+            fields=REVERSAL_FIELDS,
         ) as draft:
             Transfer.objects.filter(pk=locked.pk).update(
                 reversal_requested_by=None, reversal_requested_at=None, reversal_reason=""
