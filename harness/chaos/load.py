@@ -234,12 +234,7 @@ class Load:
                 continue
             segment = Segment(slot, lo, await self.peer_seq(), now(), feed)
             self.record.segments.append(segment)
-            stopped = asyncio.create_task(stop.wait())
-            await asyncio.wait({feed._task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            if feed._task.done() and not stop.is_set():
-                segment.closed = now()
-                segment.closed_with = str(feed.closed_with) if feed.closed_with is not None else (feed.error or "?")
+            if await segment.watch(stop):
                 self.record.say(f"websocket {slot}: closed by the server ({segment.closed_with}); connecting again")
                 await asyncio.sleep(0.2)
                 continue

@@ -154,6 +154,19 @@ class Segment:
     ok: bool = True
     account: str = ""  # whose listenKey (the simulation: one slot per customer)
 
+    async def watch(self, stop: asyncio.Event) -> bool:
+        """Wait until `stop` is set or the server closes the connection; True (and the close noted)
+        when the server closed it: the caller connects again."""
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait({self.feed._task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if self.feed._task.done() and not stop.is_set():
+            self.closed = now()
+            feed = self.feed
+            self.closed_with = str(feed.closed_with) if feed.closed_with is not None else (feed.error or "?")
+            return True
+        return False
+
 
 @dataclass
 class Fault:

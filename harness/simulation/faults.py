@@ -121,12 +121,7 @@ class Faults:
                 continue
             segment = Segment(int(who[1:]), lo, await self.seq_of(who), now(), feed, account=who)
             self.record.segments.append(segment)
-            stopped = asyncio.create_task(stop.wait())
-            await asyncio.wait({feed._task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            if feed._task.done() and not stop.is_set():
-                segment.closed = now()
-                segment.closed_with = str(feed.closed_with) if feed.closed_with is not None else (feed.error or "?")
+            if await segment.watch(stop):
                 await asyncio.sleep(0.2)
                 continue
             await feed.stop()
